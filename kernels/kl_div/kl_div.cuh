@@ -1,0 +1,19 @@
+// The KL-divergence formulas every rung shares (launchers.h declares the
+// launchers each rung defines).
+//
+//   loss    = sum_ij [ xlogy(t_ij, t_ij) - t_ij * log(p_ij) ] / B      (batchmean)
+//   dL/dp   = -t_ij * (grad_loss / B) / p_ij
+//
+// The expressions and their order follow torch.kl_div(log(p), t), so t == 0
+// contributes 0, p == 0 with t > 0 gives +inf, and NaN propagates.
+#pragma once
+#include "../common/xlogy.cuh"
+
+__device__ __forceinline__ float kl_div_term(float p, float t) {
+    return xlogy(t, t) - t * logf(p);
+}
+
+// scaled_grad = grad_loss / B, computed once per thread.
+__device__ __forceinline__ float kl_div_grad(float p, float t, float scaled_grad) {
+    return -t * scaled_grad / p;
+}

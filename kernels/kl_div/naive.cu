@@ -1,0 +1,55 @@
+// naive: one thread per row, looping over the row -- the formula written down
+// directly. Its flaw: neighbouring threads read addresses D floats apart, so
+// every warp-wide load touches 32 different cache lines (uncoalesced), and
+// only B threads exist to hide memory latency.
+#include "kl_div.cuh"
+#include "launchers.h"
+#include "../common/sum_partials.cuh"
+
+constexpr int THREADS = 256;
+
+__global__ void kl_div_naive_forward_kernel(const float* __restrict__ predictions,  // (B, D)
+                                            const float* __restrict__ targets,      // (B, D)
+                                            float* __restrict__ row_partials,       // (B,)
+                                            int64_t B, int64_t D) {
+    const int64_t row = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+    if (row >= B) return;
+    float sum = 0.0f;
+    for (int64_t j = 0; j < D; ++j)
+        sum += kl_div_term(predictions[row * D + j], targets[row * D + j]);
+    row_partials[row] = sum;
+}
+
+__global__ void kl_div_naive_backward_kernel(const float* __restrict__ predictions,  // (B, D)
+                                             const float* __restrict__ targets,      // (B, D)
+                                             const float* __restrict__ grad_loss,    // ()
+                                             float* __restrict__ grad_predictions,   // (B, D)
+                                             int64_t B, int64_t D) {
+    const int64_t row = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+    if (row >= B) return;
+    const float scaled_grad = *grad_loss / float(B);
+    for (int64_t j = 0; j < D; ++j) {
+        const int64_t i = row * D + j;
+        grad_predictions[i] = kl_div_grad(predictions[i], targets[i], scaled_grad);
+    }
+}
+
+cudaError_t kl_div_naive_forward(const float* predictions, const float* targets,
+                                 float* row_partials, float* loss, int64_t B, int64_t D,
+                                 cudaStream_t stream) {
+    const int64_t blocks = (B + THREADS - 1) / THREADS;
+    kl_div_naive_forward_kernel<<<blocks, THREADS, 0, stream>>>(predictions, targets,
+                                                                row_partials, B, D);
+    cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
+    return launch_sum_partials(row_partials, B, float(B), loss, stream);
+}
+
+cudaError_t kl_div_naive_backward(const float* predictions, const float* targets,
+                                  const float* grad_loss, float* grad_predictions,
+                                  int64_t B, int64_t D, cudaStream_t stream) {
+    const int64_t blocks = (B + THREADS - 1) / THREADS;
+    kl_div_naive_backward_kernel<<<blocks, THREADS, 0, stream>>>(
+        predictions, targets, grad_loss, grad_predictions, B, D);
+    return cudaGetLastError();
+}

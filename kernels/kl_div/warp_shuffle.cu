@@ -1,0 +1,42 @@
+// warp_shuffle: as shared_memory, but the block reduction uses __shfl_xor_sync
+// inside each warp and one shared slot per warp. It replaces shared_memory's
+// eight barrier-separated tree steps (most threads idle) with register-to-
+// register exchanges and two barriers.
+#include "kl_div.cuh"
+#include "launchers.h"
+#include "../common/reduce.cuh"
+#include "../common/sum_partials.cuh"
+
+constexpr int THREADS = 256;
+
+__global__ void __launch_bounds__(THREADS)
+kl_div_warp_shuffle_forward_kernel(const float* __restrict__ predictions,  // (B, D)
+                                   const float* __restrict__ targets,      // (B, D)
+                                   float* __restrict__ row_partials,       // (B,)
+                                   int64_t D) {
+    const int64_t row_start = blockIdx.x * D;
+    float sum = 0.0f;
+    for (int64_t j = threadIdx.x; j < D; j += THREADS)
+        sum += kl_div_term(predictions[row_start + j], targets[row_start + j]);
+    sum = block_reduce_sum(sum);
+    if (threadIdx.x == 0) row_partials[blockIdx.x] = sum;
+}
+
+cudaError_t kl_div_warp_shuffle_forward(const float* predictions, const float* targets,
+                                        float* row_partials, float* loss, int64_t B,
+                                        int64_t D, cudaStream_t stream) {
+    kl_div_warp_shuffle_forward_kernel<<<B, THREADS, 0, stream>>>(predictions, targets,
+                                                                  row_partials, D);
+    cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
+    return launch_sum_partials(row_partials, B, float(B), loss, stream);
+}
+
+// The backward has nothing to reduce, so shuffles change nothing there: it is
+// shared_memory's coalesced element-wise kernel.
+cudaError_t kl_div_warp_shuffle_backward(const float* predictions, const float* targets,
+                                         const float* grad_loss, float* grad_predictions,
+                                         int64_t B, int64_t D, cudaStream_t stream) {
+    return kl_div_shared_memory_backward(predictions, targets, grad_loss, grad_predictions,
+                                         B, D, stream);
+}

@@ -1,0 +1,154 @@
+"""The losslab command line.
+
+    python -m losslab list                      problems, variants and sizes
+    python -m losslab check kl_div              every variant against float64, edge cases
+    python -m losslab bench kl_div              check, time, record under reports/results/
+    python -m losslab report                    execute the notebooks headless into reports/
+
+``check`` and ``bench`` need a CUDA GPU; ``list`` and ``report`` run anywhere
+(without a GPU the notebooks render the recorded results).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from . import problems
+
+
+def _shape(text: str) -> tuple[int, int]:
+    rows, _, cols = text.lower().partition("x")
+    try:
+        return int(rows), int(cols)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected ROWSxCOLUMNS such as 257x4099, got {text!r}") from None
+
+
+def _resolve_shape(spec: problems.Problem, size: str) -> tuple[int, int]:
+    return spec.sizes[size] if size in spec.sizes else _shape(size)
+
+
+def _require_gpu(command: str) -> None:
+    import torch
+
+    if not torch.cuda.is_available():
+        sys.exit(f"losslab {command}: needs a CUDA GPU and none is visible here "
+                 f"(torch {torch.__version__}, CUDA build: {torch.version.cuda or 'no'}). "
+                 "Without a GPU, `python -m losslab report` renders the recorded results.")
+
+
+def cmd_list(args) -> int:
+    for name in problems.names():
+        spec = problems.get(name)
+        sizes = ", ".join(f"{k} {r}x{c}" for k, (r, c) in spec.sizes.items())
+        print(f"{name}\n  variants: {', '.join(spec.variants)}\n  sizes: {sizes}")
+    return 0
+
+
+def cmd_check(args) -> int:
+    from .check import check_problem, format_table
+
+    _require_gpu("check")
+    failed = 0
+    for name in args.problems:
+        spec = problems.get(name)
+        print(f"checking {name} ...", flush=True)
+        results = check_problem(name, args.variants, args.sizes or None, edge_cases=not args.no_edge_cases)
+        print(format_table(results))
+        failed += sum(not r.passed for r in results)
+        if args.json:
+            Path(args.json).write_text(json.dumps([r.as_dict() for r in results], indent=1))
+    print(f"{failed} check(s) failed" if failed else "all checks passed")
+    return 1 if failed else 0
+
+
+def cmd_bench(args) -> int:
+    from . import results
+    from .bench import PEERS, bench_problem, format_table
+    from .check import check_problem, format_table as format_checks
+    from .roofline import measure_bandwidth
+
+    _require_gpu("bench")
+    print("measuring the device's bandwidth ...", file=sys.stderr, flush=True)
+    bandwidth = measure_bandwidth()
+    peers = tuple(p for p in PEERS if not (p == "compile" and args.no_compile))
+    tables, failed = [], 0
+    for name in args.problems:
+        spec = problems.get(name)
+        shape = _resolve_shape(spec, args.size)
+        section = results.provenance(name)
+        checks = [] if args.no_check else check_problem(name, args.variants)
+        failed += sum(not c.passed for c in checks)
+        rows = bench_problem(name, shape, args.variants, peers=peers, repeats=args.repeats,
+                             bandwidth=bandwidth)
+        section.update(shape=list(shape), dtype="float32", repeats=args.repeats,
+                       bandwidth_gbps=bandwidth, rows=[r.as_dict() for r in rows],
+                       checks=[c.as_dict() for c in checks])
+        if not args.no_record:
+            print(f"recorded {results.save_section(name, section)}", file=sys.stderr)
+        if args.json:
+            Path(args.json).with_suffix(f".{name}.json").write_text(json.dumps(section, indent=1))
+        if checks:
+            tables.append(f"{name}: correctness\n{format_checks(checks)}")
+        tables.append(f"{name} {shape[0]}x{shape[1]} float32 on {section['device']}: "
+                      f"read {bandwidth['read']:.0f} GB/s, copy {bandwidth['copy']:.0f} GB/s\n"
+                      f"{format_table(rows)}")
+    print("\n\n".join(tables))
+    if failed:
+        print(f"{failed} check(s) failed")
+    return 1 if failed else 0
+
+
+def cmd_report(args) -> int:
+    from .report import build_report
+
+    build_report(Path(args.output), parameters={"device": args.device} if args.device else None)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m losslab", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("list", help="problems, variants and sizes").set_defaults(fn=cmd_list)
+
+    def problem_args(p):
+        p.add_argument("problems", nargs="+", choices=problems.names(), metavar="problem",
+                       help=f"one or more of: {', '.join(problems.names())}")
+        p.add_argument("--variants", type=lambda s: s.split(","), default=None,
+                       help="comma-separated variants (default: the whole ladder)")
+        p.add_argument("--json", help="also write the full results as JSON to this path")
+
+    check = sub.add_parser("check", help="check variants against a float64 reference (GPU)")
+    problem_args(check)
+    check.add_argument("--sizes", type=lambda s: s.split(","), default=None,
+                       help="comma-separated size names (default: all of the problem's sizes)")
+    check.add_argument("--no-edge-cases", action="store_true")
+    check.set_defaults(fn=cmd_check)
+
+    bench = sub.add_parser("bench", help="check, time and record variants and peers (GPU)")
+    problem_args(bench)
+    bench.add_argument("--size", default="seed", help="a size name or ROWSxCOLUMNS (default: seed)")
+    bench.add_argument("--repeats", type=int, default=20)
+    bench.add_argument("--no-compile", action="store_true", help="skip the torch.compile peer")
+    bench.add_argument("--no-check", action="store_true", help="skip the correctness checks")
+    bench.add_argument("--no-record", action="store_true", help="do not write reports/results/")
+    bench.set_defaults(fn=cmd_bench)
+
+    report = sub.add_parser("report", help="execute every notebook headless into reports/")
+    report.add_argument("--output", default="reports")
+    report.add_argument("--device", default=None, help="render the record of this device")
+    report.set_defaults(fn=cmd_report)
+
+    args = parser.parse_args(argv)
+    if getattr(args, "variants", None):
+        for name in args.problems:
+            for v in args.variants:
+                problems.get(name).check_variant_name(v)
+    return args.fn(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

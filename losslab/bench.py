@@ -1,0 +1,180 @@
+"""Timing every variant and the peers (PyTorch eager, torch.compile) on the same inputs.
+
+Method (after Triton's ``do_bench``): warm-up calls first; before every timed
+call, write a buffer several times the L2 size so no input is served from
+cache; CUDA events around each call; the median over ``repeats`` calls, with
+the 10th-90th percentile range as the spread. Achieved bandwidth is the cost
+model's minimum bytes over the median time (GB/s = 1e9 bytes/s), shown as a
+fraction of the device bandwidth measured in the same process
+(``roofline.measure_bandwidth``).
+"""
+from __future__ import annotations
+
+import statistics
+import sys
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+import torch
+
+from . import problems
+from .check import GRAD_LOSS, relative_error
+from .variants import variant as get_variant
+
+PEERS = ("eager", "compile")
+FLUSH_BYTES = 256 * 2**20  # > 4x the 50-60 MB L2 of an H100/H200
+
+
+@dataclass
+class Timing:
+    """Times of one callable in milliseconds."""
+
+    median_ms: float
+    p10_ms: float
+    p90_ms: float
+    repeats: int
+
+
+def time_cuda(fn: Callable[[], object], repeats: int = 20, warmup: int = 3,
+              flush: torch.Tensor | None = None) -> Timing:
+    """Median device time of ``fn()`` over ``repeats`` calls, flushing L2 before each.
+
+    Raises:
+        ValueError: ``repeats`` < 1.
+    """
+    if repeats < 1:
+        raise ValueError(f"repeats: expected at least 1, got {repeats}")
+    flush = torch.empty(FLUSH_BYTES // 4, device="cuda") if flush is None else flush
+    for _ in range(warmup):
+        fn()
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+              for _ in range(repeats)]
+    for start, end in events:
+        flush.zero_()  # evicts the inputs from L2; runs before `start`, so it is not timed
+        start.record()
+        fn()
+        end.record()
+    torch.cuda.synchronize()
+    times = sorted(start.elapsed_time(end) for start, end in events)
+    quantile = lambda q: times[min(len(times) - 1, round(q * (len(times) - 1)))]
+    return Timing(statistics.median(times), quantile(0.1), quantile(0.9), repeats)
+
+
+def peak_extra_memory(fn: Callable[[], object]) -> int:
+    """Bytes allocated by ``fn()`` at its peak above what was allocated before (outputs included)."""
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    baseline = torch.cuda.memory_allocated()
+    result = fn()
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - baseline
+    del result
+    return peak
+
+
+@dataclass
+class BenchRow:
+    """One implementation (a variant or a peer) in one direction.
+
+    ``gbps`` is the cost model's minimum bytes over the median time (1e9 bytes/s);
+    ``fraction_of_bandwidth`` divides it by the measured ``bandwidth`` ceiling
+    ("read" when the direction only reads, else "copy"); ``error`` is the relative
+    error against float64 (loss for forward, gradient otherwise).
+    """
+
+    problem: str
+    implementation: str
+    kind: str  # "variant" or "peer"
+    direction: str
+    shape: tuple[int, ...]
+    dtype: str
+    median_ms: float
+    p10_ms: float
+    p90_ms: float
+    repeats: int
+    gbps: float
+    bandwidth: str
+    fraction_of_bandwidth: float
+    peak_extra_bytes: int
+    error: float
+    speedup: dict[str, float] = field(default_factory=dict)  # over each peer's median
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def implementations(problem: str, variants: list[str], peers: tuple[str, ...]) -> dict[str, tuple[str, Callable]]:
+    """name -> (kind, callable with the reference's signature)."""
+    spec = problems.get(problem)
+    impls = {name: ("variant", get_variant(problem, name)) for name in variants}
+    if "eager" in peers:
+        impls["eager"] = ("peer", spec.reference)
+    if "compile" in peers:
+        impls["compile"] = ("peer", torch.compile(spec.reference))
+    return impls
+
+
+def bench_problem(problem: str, shape: tuple[int, int] | None = None, variants: list[str] | None = None,
+                  peers: tuple[str, ...] = PEERS, repeats: int = 20, seed: int = 0,
+                  bandwidth: dict[str, float] | None = None, progress: bool = True) -> list[BenchRow]:
+    """Time each variant and peer of ``problem`` forward, backward and forward+backward.
+
+    Args:
+        shape: (rows, columns); default the problem's seed size.
+        bandwidth: measured ceilings in GB/s, keys "read" and "copy"
+            (``roofline.measure_bandwidth()`` if None).
+    Returns one BenchRow per (implementation, direction), with speedups over the peers.
+    """
+    from .roofline import measure_bandwidth
+
+    spec = problems.get(problem)
+    shape = tuple(shape or spec.sizes["seed"])
+    variants = list(variants or spec.variants)
+    bandwidth = bandwidth or measure_bandwidth()
+    inputs = spec.make_inputs(shape, seed=seed, device="cuda")
+    loss64, grad64 = spec.reference_float64(*inputs)
+    grad64 = grad64 * GRAD_LOSS
+    grad_loss = torch.tensor(GRAD_LOSS, device="cuda")
+    flush = torch.empty(FLUSH_BYTES // 4, device="cuda")
+    rows = []
+    for name, (kind, fn) in implementations(problem, variants, peers).items():
+        if progress:
+            print(f"  timing {problem} {name} at {shape[0]}x{shape[1]} ...", file=sys.stderr, flush=True)
+        predictions = inputs[0].detach().clone().requires_grad_(True)
+        others = inputs[1:]
+        forward = lambda: fn(*[x.detach() for x in (predictions, *others)])
+        loss = fn(predictions, *others)
+        backward = lambda: torch.autograd.grad(loss, predictions, grad_loss, retain_graph=True)
+        forward_backward = lambda: torch.autograd.grad(fn(predictions, *others), predictions, grad_loss)
+        errors = {"forward": relative_error(forward(), loss64)[0],
+                  "backward": relative_error(backward()[0], grad64)[0]}
+        errors["forward_backward"] = errors["backward"]
+        for direction, call in (("forward", forward), ("backward", backward),
+                                ("forward_backward", forward_backward)):
+            cost = spec.cost(shape, direction, inputs[0].dtype)
+            ceiling = "read" if cost.bytes_written <= 64 else "copy"
+            timing = time_cuda(call, repeats=repeats, flush=flush)
+            gbps = cost.bytes / timing.median_ms / 1e6
+            rows.append(BenchRow(problem, name, kind, direction, shape, str(inputs[0].dtype).removeprefix("torch."),
+                                 timing.median_ms, timing.p10_ms, timing.p90_ms, repeats, gbps, ceiling,
+                                 gbps / bandwidth[ceiling], peak_extra_memory(call), errors[direction]))
+        del loss
+    for row in rows:
+        for peer in rows:
+            if peer.kind == "peer" and peer.direction == row.direction and peer is not row:
+                row.speedup[peer.implementation] = peer.median_ms / row.median_ms
+    return rows
+
+
+def format_table(rows: list[BenchRow]) -> str:
+    """Fixed-width text table of bench rows, grouped by direction."""
+    peers = sorted({r.implementation for r in rows if r.kind == "peer"})
+    head = (f"{'direction':<16} {'implementation':<14} {'median ms':>10} {'p10-p90 ms':>15} {'GB/s':>8} "
+            f"{'of bw':>6} {'extra MiB':>10} {'rel. err':>9}" + "".join(f" {'x ' + p:>9}" for p in peers))
+    lines = [head]
+    for r in sorted(rows, key=lambda r: problems.DIRECTIONS.index(r.direction)):
+        speedups = "".join(f" {r.speedup[p]:>9.2f}" if p in r.speedup else f" {'':>9}" for p in peers)
+        lines.append(f"{r.direction:<16} {r.implementation:<14} {r.median_ms:>10.3f} "
+                     f"{f'{r.p10_ms:.3f}-{r.p90_ms:.3f}':>15} {r.gbps:>8.0f} {r.fraction_of_bandwidth:>6.0%} "
+                     f"{r.peak_extra_bytes / 2**20:>10.2f} {r.error:>9.1e}{speedups}")
+    return "\n".join(lines)

@@ -1,0 +1,164 @@
+"""Correctness of every variant against a float64 reference.
+
+Each check draws fresh random inputs (the seed is reported, so a failure can be
+replayed), runs the variant's forward and backward through autograd, and
+compares with the reference computed in float64:
+
+* loss: relative error |loss - loss64| / |loss64| <= ``LOSS_RTOL`` (absolute
+  error where loss64 == 0); the output must have the reference's shape (0-d);
+* gradient: ||g - g64|| / ||g64|| <= ``GRAD_RTOL`` over the finite elements;
+* inf and NaN must appear exactly where the reference has them;
+* every output element is written: the kernels are run again into buffers
+  poisoned with NaN, and must reproduce the first results bitwise (which also
+  shows the run is deterministic).
+"""
+from __future__ import annotations
+
+import secrets
+from dataclasses import asdict, dataclass
+
+import torch
+
+from . import problems
+from .variants import variant as get_variant
+
+LOSS_RTOL = 1e-5
+GRAD_RTOL = 1e-6
+GRAD_LOSS = 0.75  # upstream gradient: a value other than 1 also checks the scaling
+
+
+@dataclass
+class CheckResult:
+    """One comparison of a variant with the float64 reference.
+
+    ``error`` is a relative error (dimensionless); ``passed`` is False with a
+    ``detail`` saying why.
+    """
+
+    problem: str
+    variant: str
+    case: str
+    shape: tuple[int, ...]
+    direction: str
+    error: float
+    tolerance: float
+    passed: bool
+    detail: str = ""
+    seed: int | None = None
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def relative_error(value: torch.Tensor, reference: torch.Tensor) -> tuple[float, str]:
+    """Relative error of ``value`` against ``reference`` (any shapes, same numel).
+
+    Non-finite elements must match the reference exactly (same inf sign, NaN where
+    NaN); the rest is compared by ||value - reference|| / ||reference|| (the
+    absolute norm where the reference norm is 0). Returns (error, problem found);
+    error is inf when non-finite elements disagree.
+    """
+    value = value.detach().double().reshape(-1)
+    reference = reference.detach().double().reshape(-1).to(value.device)
+    ref_finite = torch.isfinite(reference)
+    nonfinite_mismatch = ~ref_finite & ~((value == reference) | (value.isnan() & reference.isnan()))
+    if nonfinite_mismatch.any():
+        i = int(nonfinite_mismatch.nonzero()[0])
+        return float("inf"), f"element {i}: got {value[i].item()}, reference {reference[i].item()}"
+    if not torch.isfinite(value[ref_finite]).all():
+        i = int((ref_finite & ~torch.isfinite(value)).nonzero()[0])
+        return float("inf"), f"element {i}: got {value[i].item()} where the reference is finite ({reference[i].item()})"
+    diff = torch.linalg.vector_norm(value[ref_finite] - reference[ref_finite]).item()
+    scale = torch.linalg.vector_norm(reference[ref_finite]).item()
+    return (diff / scale if scale > 0 else diff), ""
+
+
+def check_inputs(problem: str, variant: str, inputs: tuple[torch.Tensor, ...], case: str,
+                 seed: int | None = None) -> list[CheckResult]:
+    """Check ``variant`` of ``problem`` on the given inputs: forward, backward, written outputs.
+
+    Returns a forward and a backward CheckResult.
+    """
+    spec = problems.get(problem)
+    op = get_variant(problem, variant)
+    shape = tuple(inputs[0].shape)
+    loss64, grad64 = spec.reference_float64(*inputs)
+    grad_loss = torch.tensor(GRAD_LOSS, device=inputs[0].device)
+    grad64 = grad64 * GRAD_LOSS
+    expected_shape = spec.reference(*inputs).shape
+
+    predictions = inputs[0].detach().clone().requires_grad_(True)
+    loss = op(predictions, *inputs[1:])
+    loss.backward(grad_loss)
+    grad = predictions.grad
+
+    def result(direction, error, tolerance, detail):
+        return CheckResult(problem, variant, case, shape, direction, error, tolerance,
+                           passed=not detail and error <= tolerance, detail=detail, seed=seed)
+
+    forward_detail = ""
+    if loss.shape != expected_shape:
+        forward_detail = f"output shape {tuple(loss.shape)}, reference {tuple(expected_shape)}"
+    loss_error, found = relative_error(loss, loss64)
+    forward_detail = forward_detail or found
+    backward_error, backward_detail = relative_error(grad, grad64)
+
+    # Run the launchers again into NaN-poisoned outputs: an element the kernels
+    # skip stays NaN, and any difference from the first run shows non-determinism.
+    poisoned_loss = torch.full((), float("nan"), device=loss.device)
+    poisoned_grad = torch.full_like(grad, float("nan"))
+    rerun_loss, saved = spec.launch_forward(variant, inputs, out=poisoned_loss)
+    rerun_grad = spec.launch_backward(variant, saved, grad_loss, out=poisoned_grad)
+    if not forward_detail and not torch.equal(rerun_loss.nan_to_num(), loss.detach().nan_to_num()):
+        forward_detail = f"second run differs: {rerun_loss.item()} vs {loss.item()} (unwritten or non-deterministic)"
+    if not backward_detail and not torch.equal(rerun_grad.nan_to_num(), grad.nan_to_num()):
+        bad = int((rerun_grad.nan_to_num() != grad.nan_to_num()).reshape(-1).nonzero()[0])
+        backward_detail = (f"second run into a NaN-poisoned buffer differs at element {bad} "
+                           "(an element left unwritten, or a non-deterministic result)")
+    return [result("forward", loss_error, LOSS_RTOL, forward_detail),
+            result("backward", backward_error, GRAD_RTOL, backward_detail)]
+
+
+def check_variant(problem: str, variant: str, shape: tuple[int, int], *, seed: int | None = None,
+                  device: str = "cuda") -> list[CheckResult]:
+    """Check ``variant`` on fresh random inputs of ``shape`` (a new seed per call unless given)."""
+    seed = secrets.randbits(31) if seed is None else seed
+    inputs = problems.get(problem).make_inputs(shape, seed=seed, device=device)
+    return check_inputs(problem, variant, inputs, f"random {shape[0]}x{shape[1]}", seed=seed)
+
+
+def check_edge_cases(problem: str, variant: str, device: str = "cuda") -> list[CheckResult]:
+    """Check ``variant`` on each of the problem's named edge cases."""
+    results = []
+    for case, inputs in problems.get(problem).edge_cases(device).items():
+        results += check_inputs(problem, variant, inputs, case)
+    return results
+
+
+def check_problem(problem: str, variants: list[str] | None = None, sizes: list[str] | None = None,
+                  *, edge_cases: bool = True, device: str = "cuda", progress: bool = True) -> list[CheckResult]:
+    """Check several variants (default: all) at several named sizes (default: all of the
+    problem's sizes), then on the edge cases. Prints progress to stdout."""
+    spec = problems.get(problem)
+    variants = list(variants or spec.variants)
+    sizes = list(sizes or spec.sizes)
+    results = []
+    for name in variants:
+        for size in sizes:
+            if progress:
+                print(f"  checking {problem} {name} at {size} {spec.sizes[size]} ...", flush=True)
+            results += check_variant(problem, name, spec.sizes[size], device=device)
+        if edge_cases:
+            if progress:
+                print(f"  checking {problem} {name} on the edge cases ...", flush=True)
+            results += check_edge_cases(problem, name, device=device)
+    return results
+
+
+def format_table(results: list[CheckResult]) -> str:
+    """A fixed-width text table of check results, one line each."""
+    lines = [f"{'variant':<14} {'direction':<9} {'case':<46} {'rel. error':>10} {'tol':>7}  result"]
+    for r in results:
+        verdict = "ok" if r.passed else f"FAIL {r.detail}".rstrip()
+        lines.append(f"{r.variant:<14} {r.direction:<9} {r.case[:46]:<46} {r.error:>10.2e} {r.tolerance:>7.0e}  {verdict}")
+    return "\n".join(lines)
