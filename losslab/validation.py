@@ -1,25 +1,23 @@
 """Input checks shared by the problems. Every error names the argument and what was expected,
-and is raised on the host before any kernel launch."""
+and is raised on the host before any kernel launch. Device checks come last, so
+that shape and dtype mistakes are reported the same way on machines without a GPU."""
 from __future__ import annotations
 
 import torch
 
 
 def require_tensor(name: str, value: object, *, dtypes: tuple[torch.dtype, ...], ndim: int) -> torch.Tensor:
-    """Check that ``value`` is a CUDA tensor of one of ``dtypes`` with ``ndim`` dimensions.
+    """Check that ``value`` is a non-empty tensor of one of ``dtypes`` with ``ndim`` dimensions.
 
     Raises:
         TypeError: not a tensor, or a dtype outside ``dtypes``.
-        ValueError: not on a CUDA device, wrong number of dimensions, or empty.
+        ValueError: wrong number of dimensions, or empty.
     """
     if not isinstance(value, torch.Tensor):
         raise TypeError(f"{name}: expected a torch.Tensor, got {type(value).__name__}")
     if value.dtype not in dtypes:
         allowed = ", ".join(str(d) for d in dtypes)
         raise TypeError(f"{name}: expected dtype {allowed}, got {value.dtype}")
-    if value.device.type != "cuda":
-        raise ValueError(f"{name}: expected a CUDA tensor, got a tensor on {value.device} "
-                         f"(move it with .cuda())")
     if value.dim() != ndim:
         raise ValueError(f"{name}: expected {ndim} dimensions, got shape {tuple(value.shape)}")
     if value.numel() == 0:
@@ -27,11 +25,14 @@ def require_tensor(name: str, value: object, *, dtypes: tuple[torch.dtype, ...],
     return value
 
 
-def require_same_device(**tensors: torch.Tensor) -> None:
-    """Raise ValueError unless all ``tensors`` live on one device."""
-    devices = {name: t.device for name, t in tensors.items()}
-    if len(set(devices.values())) > 1:
-        listed = ", ".join(f"{name} on {device}" for name, device in devices.items())
+def require_cuda(**tensors: torch.Tensor) -> None:
+    """Raise ValueError unless every one of ``tensors`` is on the same CUDA device."""
+    for name, tensor in tensors.items():
+        if tensor.device.type != "cuda":
+            raise ValueError(f"{name}: expected a CUDA tensor, got a tensor on {tensor.device} "
+                             f"(move it with .cuda())")
+    if len({t.device for t in tensors.values()}) > 1:
+        listed = ", ".join(f"{name} on {t.device}" for name, t in tensors.items())
         raise ValueError(f"expected all inputs on one device, got {listed}")
 
 

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import build
-from ..validation import require_no_grad, require_same_device, require_tensor
+from ..validation import require_cuda, require_no_grad, require_tensor
 from . import Cost, Problem
 
 DTYPES = (torch.float32,)
@@ -51,8 +51,8 @@ class KLDiv(Problem):
         if targets.dtype != predictions.dtype:
             raise TypeError(f"targets: expected the dtype of predictions ({predictions.dtype}), "
                             f"got {targets.dtype}")
-        require_same_device(predictions=predictions, targets=targets)
         require_no_grad("targets", targets)
+        require_cuda(predictions=predictions, targets=targets)
 
     def cost(self, shape, direction, dtype=torch.float32) -> Cost:
         # forward: read p and t, write the 0-d loss; per element xlogy (mul),

@@ -1,0 +1,28 @@
+# The two commands of the quick start:
+#   make report   executes the workbook headless into reports/ (recorded results without a GPU)
+#   make test     runs the test tiers (cpu always; compile with nvcc; gpu with a CUDA device)
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+
+.PHONY: report test gpu-suite clean
+
+$(VENV)/.installed: requirements.txt pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements.txt
+	$(PY) -m pip install -q --no-deps -e .
+	touch $@
+
+report: $(VENV)/.installed
+	$(PY) -m losslab report --output reports
+
+test: $(VENV)/.installed
+	$(PY) -m pytest -rs
+
+# On a GPU machine with torch already installed: build, test and record results.
+gpu-suite:
+	scripts/gpu_suite.sh
+
+clean:
+	rm -rf $(VENV) reports/*.ipynb reports/*.html reports/figures
