@@ -140,7 +140,7 @@ def bench_problem(problem: str, shape: tuple[int, int] | None = None, variants: 
     for name, (kind, fn) in implementations(problem, variants, peers).items():
         if progress:
             print(f"  timing {problem} {name} at {shape[0]}x{shape[1]} ...", file=sys.stderr, flush=True)
-        predictions = inputs[0].detach().clone().requires_grad_(True)
+        predictions = inputs[0].detach().requires_grad_(True)
         others = inputs[1:]
         forward = lambda: fn(*[x.detach() for x in (predictions, *others)])
         loss = fn(predictions, *others)
