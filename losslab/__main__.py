@@ -3,9 +3,11 @@
     python -m losslab list                      problems, variants and sizes
     python -m losslab check kl_div              every variant against float64, edge cases
     python -m losslab bench kl_div              check, time, record under reports/results/
+    python -m losslab bench kl_div --ncu        ... and measure DRAM traffic with Nsight Compute
+    python -m losslab roofline                  roofline figures (PNG) from the recorded results
     python -m losslab report                    execute the notebooks headless into reports/
 
-``check`` and ``bench`` need a CUDA GPU; ``list`` and ``report`` run anywhere
+``check`` and ``bench`` need a CUDA GPU; ``list``, ``roofline`` and ``report`` run anywhere
 (without a GPU the notebooks render the recorded results).
 """
 from __future__ import annotations
@@ -68,11 +70,12 @@ def cmd_bench(args) -> int:
     from . import results
     from .bench import PEERS, bench_problem, format_table
     from .check import check_problem, format_table as format_checks
-    from .roofline import measure_bandwidth
+    from .roofline import measure_ceilings
 
     _require_gpu("bench")
-    print("measuring the device's bandwidth ...", file=sys.stderr, flush=True)
-    bandwidth = measure_bandwidth()
+    print("measuring the device's ceilings (bandwidth, FP32 FMA, MUFU) ...", file=sys.stderr, flush=True)
+    ceilings = measure_ceilings()
+    bandwidth = {"read": ceilings["read_gbps"], "copy": ceilings["copy_gbps"]}
     peers = tuple(p for p in PEERS if not (p == "compile" and args.no_compile))
     tables, failed = [], 0
     for name in args.problems:
@@ -85,7 +88,13 @@ def cmd_bench(args) -> int:
                              bandwidth=bandwidth)
         section.update(shape=list(shape), dtype="float32", repeats=args.repeats,
                        bandwidth_gbps=bandwidth, rows=[r.as_dict() for r in rows],
-                       checks=[c.as_dict() for c in checks])
+                       checks=[c.as_dict() for c in checks], ceilings=ceilings)
+        if args.ncu:
+            from .profile import format_table as format_ncu, profile_problem
+
+            print(f"  profiling {name} with Nsight Compute ...", file=sys.stderr, flush=True)
+            section["ncu"] = profile_problem(name, shape, args.variants, peers)
+            tables.append(f"{name}: DRAM traffic measured by ncu\n{format_ncu(section['ncu'])}")
         if not args.no_record:
             print(f"recorded {results.save_section(name, section)}", file=sys.stderr)
         if args.json:
@@ -93,12 +102,31 @@ def cmd_bench(args) -> int:
         if checks:
             tables.append(f"{name}: correctness\n{format_checks(checks)}")
         tables.append(f"{name} {shape[0]}x{shape[1]} float32 on {section['device']}: "
-                      f"read {bandwidth['read']:.0f} GB/s, copy {bandwidth['copy']:.0f} GB/s\n"
+                      f"read {bandwidth['read']:.0f} GB/s, copy {bandwidth['copy']:.0f} GB/s, "
+                      f"FP32 FMA {ceilings.get('fp32_fma_tflops', float('nan')):.1f} TFLOP/s, "
+                      f"MUFU ex2 {ceilings.get('mufu_ex2_tops', float('nan')):.2f} Tops/s\n"
                       f"{format_table(rows)}")
     print("\n\n".join(tables))
     if failed:
         print(f"{failed} check(s) failed")
     return 1 if failed else 0
+
+
+def cmd_roofline(args) -> int:
+    from .roofline import write_figures
+
+    for name in args.problems:
+        try:
+            problems.get(name)
+        except ValueError as err:
+            sys.exit(f"losslab roofline: {err}")
+    written = write_figures(args.problems or None, args.output, args.device, args.results_dir)
+    for path in written:
+        print(f"wrote {path}")
+    if not written:
+        print("losslab roofline: no recorded results to plot; run `python -m losslab bench <problem>` "
+              "on a GPU machine first", file=sys.stderr)
+    return 0 if written else 1
 
 
 def cmd_report(args) -> int:
@@ -135,7 +163,17 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--no-compile", action="store_true", help="skip the torch.compile peer")
     bench.add_argument("--no-check", action="store_true", help="skip the correctness checks")
     bench.add_argument("--no-record", action="store_true", help="do not write reports/results/")
+    bench.add_argument("--ncu", action="store_true",
+                       help="also profile each kernel once with Nsight Compute (DRAM bytes, FP32 instructions)")
     bench.set_defaults(fn=cmd_bench)
+
+    roofline = sub.add_parser("roofline", help="roofline figures (PNG) from the newest recorded results")
+    roofline.add_argument("problems", nargs="*", metavar="problem",
+                          help=f"any of: {', '.join(problems.names())} (default: all)")
+    roofline.add_argument("--output", default="reports/figures", help="folder for the PNG files")
+    roofline.add_argument("--device", default=None, help="plot the record of this device")
+    roofline.add_argument("--results-dir", default=None, help="folder of the records (default: reports/results)")
+    roofline.set_defaults(fn=cmd_roofline)
 
     report = sub.add_parser("report", help="execute every notebook headless into reports/")
     report.add_argument("--output", default="reports")

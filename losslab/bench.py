@@ -18,7 +18,7 @@ from typing import Callable
 import torch
 
 from . import problems
-from .check import GRAD_LOSS, relative_error
+from .check import relative_error
 from .variants import variant as get_variant
 
 PEERS = ("eager", "compile")
@@ -36,8 +36,11 @@ class Timing:
 
 
 def time_cuda(fn: Callable[[], object], repeats: int = 20, warmup: int = 3,
-              flush: torch.Tensor | None = None) -> Timing:
+              flush: torch.Tensor | None = None, setup: Callable[[], object] | None = None) -> Timing:
     """Median device time of ``fn()`` over ``repeats`` calls, flushing L2 before each.
+
+    ``setup()``, if given, runs untimed before each call (and before the flush),
+    e.g. a forward pass whose backward is timed.
 
     Raises:
         ValueError: ``repeats`` < 1.
@@ -46,10 +49,14 @@ def time_cuda(fn: Callable[[], object], repeats: int = 20, warmup: int = 3,
         raise ValueError(f"repeats: expected at least 1, got {repeats}")
     flush = torch.empty(FLUSH_BYTES // 4, device="cuda") if flush is None else flush
     for _ in range(warmup):
+        if setup:
+            setup()
         fn()
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
               for _ in range(repeats)]
     for start, end in events:
+        if setup:
+            setup()
         flush.zero_()  # evicts the inputs from L2; runs before `start`, so it is not timed
         start.record()
         fn()
@@ -60,8 +67,11 @@ def time_cuda(fn: Callable[[], object], repeats: int = 20, warmup: int = 3,
     return Timing(statistics.median(times), quantile(0.1), quantile(0.9), repeats)
 
 
-def peak_extra_memory(fn: Callable[[], object]) -> int:
-    """Bytes allocated by ``fn()`` at its peak above what was allocated before (outputs included)."""
+def peak_extra_memory(fn: Callable[[], object], setup: Callable[[], object] | None = None) -> int:
+    """Bytes allocated by ``fn()`` at its peak above what was allocated before it
+    (outputs included; what ``setup()`` allocates is not counted)."""
+    if setup:
+        setup()
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     baseline = torch.cuda.memory_allocated()
@@ -116,8 +126,16 @@ def implementations(problem: str, variants: list[str], peers: tuple[str, ...]) -
 
 def bench_problem(problem: str, shape: tuple[int, int] | None = None, variants: list[str] | None = None,
                   peers: tuple[str, ...] = PEERS, repeats: int = 20, seed: int = 0,
-                  bandwidth: dict[str, float] | None = None, progress: bool = True) -> list[BenchRow]:
+                  bandwidth: dict[str, float] | None = None, progress: bool = True,
+                  dtype: torch.dtype = torch.float32) -> list[BenchRow]:
     """Time each variant and peer of ``problem`` forward, backward and forward+backward.
+
+    forward runs in inference (no gradient required); backward is timed on a
+    fresh graph each call (its forward untimed); forward_backward times both.
+    Gradients flow as in training, ``loss.backward()``: grad_loss = 1 (check.py
+    covers other values). ``fused`` has no backward row: its backward only
+    scales the forward's gradient, and not at all when grad_loss = 1.
+    Variants without kernels for ``dtype`` are left out.
 
     Args:
         shape: (rows, columns); default the problem's seed size.
@@ -129,12 +147,11 @@ def bench_problem(problem: str, shape: tuple[int, int] | None = None, variants: 
 
     spec = problems.get(problem)
     shape = tuple(shape or spec.sizes["seed"])
-    variants = list(variants or spec.variants)
+    variants = [v for v in (variants or spec.variants) if dtype in spec.dtypes(v)]
     bandwidth = bandwidth or measure_bandwidth()
-    inputs = spec.make_inputs(shape, seed=seed, device="cuda")
+    inputs = spec.make_inputs(shape, seed=seed, device="cuda", dtype=dtype)
     loss64, grad64 = spec.reference_float64(*inputs)
-    grad64 = grad64 * GRAD_LOSS
-    grad_loss = torch.tensor(GRAD_LOSS, device="cuda")
+    grad_loss = torch.tensor(1.0, device="cuda")
     flush = torch.empty(FLUSH_BYTES // 4, device="cuda")
     rows = []
     for name, (kind, fn) in implementations(problem, variants, peers).items():
@@ -142,23 +159,35 @@ def bench_problem(problem: str, shape: tuple[int, int] | None = None, variants: 
             print(f"  timing {problem} {name} at {shape[0]}x{shape[1]} ...", file=sys.stderr, flush=True)
         predictions = inputs[0].detach().requires_grad_(True)
         others = inputs[1:]
-        forward = lambda: fn(*[x.detach() for x in (predictions, *others)])
-        loss = fn(predictions, *others)
-        backward = lambda: torch.autograd.grad(loss, predictions, grad_loss, retain_graph=True)
-        forward_backward = lambda: torch.autograd.grad(fn(predictions, *others), predictions, grad_loss)
+        graph = {}
+
+        def forward():
+            return fn(predictions.detach(), *others)
+
+        def make_graph():
+            graph["loss"] = fn(predictions, *others)
+
+        def backward():
+            return torch.autograd.grad(graph.pop("loss"), predictions, grad_loss)
+
+        def forward_backward():
+            return torch.autograd.grad(fn(predictions, *others), predictions, grad_loss)
+
+        make_graph()
         errors = {"forward": relative_error(forward(), loss64)[0],
                   "backward": relative_error(backward()[0], grad64)[0]}
         errors["forward_backward"] = errors["backward"]
-        for direction, call in (("forward", forward), ("backward", backward),
-                                ("forward_backward", forward_backward)):
-            cost = spec.cost(shape, direction, inputs[0].dtype)
+        for direction, call, setup in (("forward", forward, None), ("backward", backward, make_graph),
+                                       ("forward_backward", forward_backward, None)):
+            if name == "fused" and direction == "backward":
+                continue
+            cost = spec.cost(shape, direction, dtype)
             ceiling = "read" if cost.bytes_written <= 64 else "copy"
-            timing = time_cuda(call, repeats=repeats, flush=flush)
+            timing = time_cuda(call, repeats=repeats, flush=flush, setup=setup)
             gbps = cost.bytes / timing.median_ms / 1e6
-            rows.append(BenchRow(problem, name, kind, direction, shape, str(inputs[0].dtype).removeprefix("torch."),
+            rows.append(BenchRow(problem, name, kind, direction, shape, str(dtype).removeprefix("torch."),
                                  timing.median_ms, timing.p10_ms, timing.p90_ms, repeats, gbps, ceiling,
-                                 gbps / bandwidth[ceiling], peak_extra_memory(call), errors[direction]))
-        del loss
+                                 gbps / bandwidth[ceiling], peak_extra_memory(call, setup), errors[direction]))
     for row in rows:
         for peer in rows:
             if peer.kind == "peer" and peer.direction == row.direction and peer is not row:

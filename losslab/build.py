@@ -25,6 +25,13 @@ NVCC_FLAGS = ("-O3", "-std=c++17", "-lineinfo")
 DEFAULT_ARCHS = ("8.0", "9.0")  # A100 and H100/H200, when no GPU says which
 
 
+def dtype_code(dtype) -> int:
+    """The DType code (kernels/common/dtype.h) a launcher takes for a torch dtype."""
+    import torch
+
+    return {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}[dtype]
+
+
 class BuildError(RuntimeError):
     """The kernels cannot be built here: a tool is missing or the compiler failed."""
 

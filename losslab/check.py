@@ -4,9 +4,10 @@ Each check draws fresh random inputs (the seed is reported, so a failure can be
 replayed), runs the variant's forward and backward through autograd, and
 compares with the reference computed in float64:
 
-* loss: relative error |loss - loss64| / |loss64| <= ``LOSS_RTOL`` (absolute
-  error where loss64 == 0); the output must have the reference's shape (0-d);
-* gradient: ||g - g64|| / ||g64|| <= ``GRAD_RTOL`` over the finite elements;
+* loss: relative error |loss - loss64| / |loss64| <= the loss tolerance of the
+  inputs' dtype (absolute error where loss64 == 0); the output must have the
+  reference's shape (0-d);
+* gradient: ||g - g64|| / ||g64|| <= the gradient tolerance, over the finite elements;
 * inf and NaN must appear exactly where the reference has them;
 * every output element is written: the kernels are run again into buffers
   poisoned with NaN, and must reproduce the first results bitwise (which also
@@ -22,8 +23,18 @@ import torch
 from . import problems
 from .variants import variant as get_variant
 
-LOSS_RTOL = 1e-5
-GRAD_RTOL = 1e-6
+# Tolerances against float64, per input dtype: (loss, gradient). float32 follows
+# the issue's bounds. bf16/fp16 kernels compute in fp32 on inputs that are
+# exact in float64 too, so their error is the final rounding of each output to
+# the 16-bit type: at most half an ulp, i.e. torch.finfo(dtype).eps / 2 relative;
+# the bound allows twice that (fused rounds the gradient twice when
+# grad_loss != 1).
+TOLERANCES = {
+    torch.float32: (1e-5, 1e-6),
+    torch.bfloat16: (torch.finfo(torch.bfloat16).eps, torch.finfo(torch.bfloat16).eps),  # 7.8e-3
+    torch.float16: (torch.finfo(torch.float16).eps, torch.finfo(torch.float16).eps),     # 9.8e-4
+}
+LOSS_RTOL, GRAD_RTOL = TOLERANCES[torch.float32]
 GRAD_LOSS = 0.75  # upstream gradient: a value other than 1 also checks the scaling
 
 
@@ -83,6 +94,7 @@ def check_inputs(problem: str, variant: str, inputs: tuple[torch.Tensor, ...], c
     op = get_variant(problem, variant)
     shape = tuple(inputs[0].shape)
     loss64, grad64 = spec.reference_float64(*inputs)
+    loss_rtol, grad_rtol = TOLERANCES[inputs[0].dtype]
     grad_loss = torch.tensor(GRAD_LOSS, device=inputs[0].device)
     grad64 = grad64 * GRAD_LOSS
     expected_shape = spec.reference(*inputs).shape
@@ -106,9 +118,10 @@ def check_inputs(problem: str, variant: str, inputs: tuple[torch.Tensor, ...], c
 
     # Run the launchers again into NaN-poisoned outputs: an element the kernels
     # skip stays NaN, and any difference from the first run shows non-determinism.
-    poisoned_loss = torch.full((), float("nan"), device=loss.device)
+    poisoned_loss = torch.full((), float("nan"), device=loss.device, dtype=loss.dtype)
     poisoned_grad = torch.full_like(grad, float("nan"))
-    rerun_loss, saved = spec.launch_forward(variant, inputs, out=poisoned_loss)
+    rerun_loss, saved = spec.launch_forward(variant, inputs, out=poisoned_loss, needs_grad=True,
+                                            grad_out=poisoned_grad)
     rerun_grad = spec.launch_backward(variant, saved, grad_loss, out=poisoned_grad)
     if not forward_detail and not torch.equal(rerun_loss.nan_to_num(), loss.detach().nan_to_num()):
         forward_detail = f"second run differs: {rerun_loss.item()} vs {loss.item()} (unwritten or non-deterministic)"
@@ -116,16 +129,17 @@ def check_inputs(problem: str, variant: str, inputs: tuple[torch.Tensor, ...], c
         bad = int((rerun_grad.nan_to_num() != grad.nan_to_num()).reshape(-1).nonzero()[0])
         backward_detail = (f"second run into a NaN-poisoned buffer differs at element {bad} "
                            "(an element left unwritten, or a non-deterministic result)")
-    return [result("forward", loss_error, LOSS_RTOL, forward_detail),
-            result("backward", backward_error, GRAD_RTOL, backward_detail)]
+    return [result("forward", loss_error, loss_rtol, forward_detail),
+            result("backward", backward_error, grad_rtol, backward_detail)]
 
 
 def check_variant(problem: str, variant: str, shape: tuple[int, int], *, seed: int | None = None,
-                  device: str = "cuda") -> list[CheckResult]:
-    """Check ``variant`` on fresh random inputs of ``shape`` (a new seed per call unless given)."""
+                  device: str = "cuda", dtype: torch.dtype = torch.float32) -> list[CheckResult]:
+    """Check ``variant`` on fresh random ``dtype`` inputs of ``shape`` (a new seed per call unless given)."""
     seed = secrets.randbits(31) if seed is None else seed
-    inputs = problems.get(problem).make_inputs(shape, seed=seed, device=device)
-    return check_inputs(problem, variant, inputs, f"random {shape[0]}x{shape[1]}", seed=seed)
+    inputs = problems.get(problem).make_inputs(shape, seed=seed, device=device, dtype=dtype)
+    name = str(dtype).removeprefix("torch.")
+    return check_inputs(problem, variant, inputs, f"random {shape[0]}x{shape[1]} {name}", seed=seed)
 
 
 def check_edge_cases(problem: str, variant: str, device: str = "cuda") -> list[CheckResult]:
@@ -146,9 +160,10 @@ def check_problem(problem: str, variants: list[str] | None = None, sizes: list[s
     results = []
     for name in variants:
         for size in sizes:
-            if progress:
-                print(f"  checking {problem} {name} at {size} {spec.sizes[size]} ...", flush=True)
-            results += check_variant(problem, name, spec.sizes[size], device=device)
+            for dtype in spec.dtypes(name):
+                if progress:
+                    print(f"  checking {problem} {name} at {size} {spec.sizes[size]} {dtype} ...", flush=True)
+                results += check_variant(problem, name, spec.sizes[size], device=device, dtype=dtype)
         if edge_cases:
             if progress:
                 print(f"  checking {problem} {name} on the edge cases ...", flush=True)

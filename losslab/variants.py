@@ -21,18 +21,26 @@ class LossFunction(torch.autograd.Function):
     """Autograd glue shared by every problem: forward/backward delegate to the problem's launchers."""
 
     @staticmethod
-    def forward(ctx, problem: problems.Problem, variant: str, *inputs: torch.Tensor) -> torch.Tensor:
-        loss, saved = problem.launch_forward(variant, inputs)
+    def forward(ctx, problem: problems.Problem, variant: str, needs_grad: bool,
+                *inputs: torch.Tensor) -> torch.Tensor:
+        loss, saved = problem.launch_forward(variant, inputs, needs_grad=needs_grad)
         ctx.save_for_backward(*saved)
         ctx.problem, ctx.variant, ctx.num_inputs = problem, variant, len(inputs)
+        ctx.backward_calls = 0
         return loss
 
     @staticmethod
     def backward(ctx, grad_loss: torch.Tensor):
+        if ctx.variant == "fused" and ctx.backward_calls:
+            # its backward scales the forward's gradient buffer in place: a second
+            # call through a retained graph would scale it twice
+            raise RuntimeError(f"{ctx.problem.name} fused: backward can run once per forward; "
+                               "run the forward again, or use the 'vectorized' variant with retain_graph")
+        ctx.backward_calls += 1
         grad = None
-        if ctx.needs_input_grad[2]:
+        if ctx.needs_input_grad[3]:
             grad = ctx.problem.launch_backward(ctx.variant, ctx.saved_tensors, grad_loss)
-        return (None, None, grad) + (None,) * (ctx.num_inputs - 1)
+        return (None, None, None, grad) + (None,) * (ctx.num_inputs - 1)
 
 
 def variant(problem: str, name: str) -> Callable[..., torch.Tensor]:
@@ -48,8 +56,12 @@ def variant(problem: str, name: str) -> Callable[..., torch.Tensor]:
     spec.check_variant_name(name)
 
     def loss(*inputs: torch.Tensor) -> torch.Tensor:
+        if inputs and isinstance(inputs[0], torch.Tensor):
+            spec.check_dtype(name, inputs[0])
         spec.validate(*inputs)
-        return LossFunction.apply(spec, name, *inputs)
+        # inside the Function grad mode is off, so decide here whether a gradient will be needed
+        needs_grad = torch.is_grad_enabled() and inputs[0].requires_grad
+        return LossFunction.apply(spec, name, needs_grad, *inputs)
 
     loss.__name__ = f"{problem}_{name}"
     loss.__doc__ = f"{problem} computed by the {name} kernels; same signature as the reference."

@@ -62,7 +62,7 @@ def test_wrong_predictions_are_named_in_the_error(problem):
     op = losslab.variant(problem, "naive")
     predictions, *others = problems.get(problem).make_inputs((4, 8), seed=0, device="cpu")
     cases = [
-        (predictions.double(), TypeError, r"predictions: expected dtype torch.float32, got torch.float64"),
+        (predictions.double(), TypeError, r"predictions: .*dtype torch.float32.*, got torch.float64"),
         (predictions[0], ValueError, r"predictions: expected 2 dimensions, got shape \(8,\)"),
         (predictions[:, :0], ValueError, r"predictions: expected a non-empty tensor"),
         (predictions.tolist(), TypeError, r"predictions: expected a torch.Tensor, got list"),
@@ -78,3 +78,14 @@ def test_unknown_names_are_rejected():
         losslab.variant("mse", "naive")
     with pytest.raises(ValueError, match="variant: kl_div has no variant 'fastest'; expected one of naive"):
         losslab.variant("kl_div", "fastest")
+
+
+@pytest.mark.parametrize("problem, variant", losslab.all_variants())
+def test_dtypes_a_variant_lacks_are_named(problem, variant):
+    spec = problems.get(problem)
+    for dtype in (torch.bfloat16, torch.float16):
+        if dtype not in spec.dtypes(variant):
+            inputs = [x.to(dtype) if x.is_floating_point() else x
+                      for x in spec.make_inputs((4, 8), seed=0, device="cpu")]
+            with pytest.raises(TypeError, match=rf"predictions: .*torch\.float32, got {dtype}"):
+                losslab.variant(problem, variant)(*inputs)

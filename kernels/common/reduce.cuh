@@ -2,6 +2,7 @@
 // All of them combine values in a fixed order, so a reduction is bitwise
 // reproducible from run to run (no atomics).
 #pragma once
+#include <cstdint>
 #include <cuda_runtime.h>
 #include <math.h>
 
@@ -46,4 +47,23 @@ __device__ __forceinline__ float block_reduce_max(float value) {
     __syncthreads();
     value = lane < blockDim.x / 32 ? warp_maxes[lane] : -INFINITY;
     return warp_reduce_max(value);
+}
+
+// Integer sums, for counting rows: exact at any size, where a float count
+// stops being exact past 2^24.
+__device__ __forceinline__ int64_t warp_reduce_sum(int64_t value) {
+    for (int offset = 16; offset > 0; offset >>= 1)
+        value += __shfl_xor_sync(FULL_WARP, value, offset);
+    return value;
+}
+
+__device__ __forceinline__ int64_t block_reduce_sum(int64_t value) {
+    __shared__ int64_t warp_counts[32];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    value = warp_reduce_sum(value);
+    __syncthreads();
+    if (lane == 0) warp_counts[warp] = value;
+    __syncthreads();
+    value = lane < blockDim.x / 32 ? warp_counts[lane] : 0;
+    return warp_reduce_sum(value);
 }

@@ -16,7 +16,7 @@ import torch
 
 DIRECTIONS = ("forward", "backward", "forward_backward")
 LADDER = ("naive", "shared_memory", "warp_shuffle", "vectorized")
-_MODULES = ("kl_div",)
+_MODULES = ("kl_div", "cross_entropy")
 
 
 @dataclass(frozen=True)
@@ -80,12 +80,15 @@ class Problem:
         as the key."""
         raise NotImplementedError
 
-    def launch_forward(self, variant: str, inputs: Sequence[torch.Tensor],
-                       out: torch.Tensor | None = None) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+    def launch_forward(self, variant: str, inputs: Sequence[torch.Tensor], out: torch.Tensor | None = None,
+                       needs_grad: bool = False, grad_out: torch.Tensor | None = None,
+                       ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
         """Run ``variant``'s forward kernels on validated inputs.
 
         Returns the 0-d loss (written into ``out`` if given) and the tensors the
-        backward needs.
+        backward needs. ``needs_grad`` says a backward will follow: the ``fused``
+        rung then also writes the gradient (into ``grad_out`` if given); without
+        it, inference pays nothing for the gradient.
         """
         raise NotImplementedError
 
@@ -103,6 +106,16 @@ class Problem:
         loss = self.reference(*upcast)
         (grad,) = torch.autograd.grad(loss, upcast[0])
         return loss.detach(), grad
+
+    def dtypes(self, variant: str) -> tuple[torch.dtype, ...]:
+        """Input dtypes ``variant`` accepts (float32 unless a problem says more)."""
+        return (torch.float32,)
+
+    def check_dtype(self, variant: str, predictions: torch.Tensor) -> None:
+        """Raise TypeError if ``variant`` has no kernels for ``predictions``' dtype."""
+        if predictions.dtype not in self.dtypes(variant):
+            allowed = ", ".join(str(d) for d in self.dtypes(variant))
+            raise TypeError(f"predictions: {self.name} {variant} takes dtype {allowed}, got {predictions.dtype}")
 
     def check_variant_name(self, variant: str) -> None:
         if variant not in self.variants:

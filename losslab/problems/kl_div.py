@@ -15,14 +15,17 @@ import torch.nn.functional as F
 
 from .. import build
 from ..validation import require_cuda, require_no_grad, require_tensor
-from . import Cost, Problem
+from . import LADDER, Cost, Problem
 
-DTYPES = (torch.float32,)
+HALF_AND_FLOAT = (torch.float32, torch.bfloat16, torch.float16)
+# Rungs with templated kernels take 16-bit inputs (math in fp32); the teaching rungs float32 only.
+TYPED = ("vectorized", "fused")
 
 
 class KLDiv(Problem):
     name = "kl_div"
     input_names = ("predictions", "targets")
+    variants = (*LADDER, "fused")
     sizes = {
         "seed": (16384, 16384),  # KernelBench's size: two 1 GiB inputs
         "small": (128, 4096),
@@ -42,9 +45,12 @@ class KLDiv(Problem):
         targets = torch.rand(rows, cols, generator=gen, device=device).softmax(-1)
         return predictions.to(dtype), targets.to(dtype)
 
+    def dtypes(self, variant):
+        return HALF_AND_FLOAT if variant in TYPED else (torch.float32,)
+
     def validate(self, predictions, targets) -> None:
-        require_tensor("predictions", predictions, dtypes=DTYPES, ndim=2)
-        require_tensor("targets", targets, dtypes=DTYPES, ndim=2)
+        require_tensor("predictions", predictions, dtypes=HALF_AND_FLOAT, ndim=2)
+        require_tensor("targets", targets, dtypes=HALF_AND_FLOAT, ndim=2)
         if targets.shape != predictions.shape:
             raise ValueError(f"targets: expected the shape of predictions {tuple(predictions.shape)}, "
                              f"got {tuple(targets.shape)}")
@@ -97,26 +103,51 @@ class KLDiv(Problem):
             "non-contiguous (every other column)": strided,
         }
 
-    def launch_forward(self, variant, inputs: Sequence[torch.Tensor], out=None):
+    def launch_forward(self, variant, inputs: Sequence[torch.Tensor], out=None, needs_grad=False, grad_out=None):
         self.check_variant_name(variant)
         predictions, targets = (x.contiguous() for x in inputs)
         rows, cols = predictions.shape
         row_partials = torch.empty(rows, device=predictions.device, dtype=torch.float32)
-        loss = torch.empty((), device=predictions.device, dtype=torch.float32) if out is None else out
-        launcher = getattr(build.load_extension(self.name), f"{variant}_forward")
-        launcher(predictions.data_ptr(), targets.data_ptr(), row_partials.data_ptr(), loss.data_ptr(),
-                 rows, cols, torch.cuda.current_stream(predictions.device).cuda_stream)
-        return loss, (predictions, targets)
+        loss = torch.empty((), device=predictions.device, dtype=torch.float32)
+        ext = build.load_extension(self.name)
+        pointers = (predictions.data_ptr(), targets.data_ptr(), row_partials.data_ptr(), loss.data_ptr())
+        stream = torch.cuda.current_stream(predictions.device).cuda_stream
+        dtype = build.dtype_code(predictions.dtype)
+        if variant == "fused" and needs_grad:
+            grad = torch.empty_like(predictions) if grad_out is None else grad_out
+            ext.fused_forward(*pointers, grad.data_ptr(), rows, cols, dtype, stream)
+            saved = (grad,)
+        else:
+            if variant in TYPED:  # inference with fused: the vectorized forward, no gradient written
+                ext.vectorized_forward(*pointers, rows, cols, dtype, stream)
+            else:
+                getattr(ext, f"{variant}_forward")(*pointers, rows, cols, stream)
+            saved = (predictions, targets)
+        # the kernels accumulate and write the loss in fp32; it is returned in the inputs' dtype
+        if out is not None:
+            return out.copy_(loss), saved
+        return loss.to(predictions.dtype), saved
 
     def launch_backward(self, variant, saved, grad_loss, out=None):
         self.check_variant_name(variant)
+        ext = build.load_extension(self.name)
+        stream = torch.cuda.current_stream(saved[0].device).cuda_stream
+        grad_loss = grad_loss.to(device=saved[0].device, dtype=torch.float32).contiguous()
+        if variant == "fused":
+            (grad,) = saved  # written by the forward for grad_loss = 1; scaled in place here
+            if out is not None and out.data_ptr() != grad.data_ptr():
+                grad = out.copy_(grad)
+            ext.fused_backward(grad.data_ptr(), grad_loss.data_ptr(), grad.numel(),
+                               build.dtype_code(grad.dtype), stream)
+            return grad
         predictions, targets = saved
         rows, cols = predictions.shape
-        grad_loss = grad_loss.to(device=predictions.device, dtype=torch.float32).contiguous()
         grad = torch.empty_like(predictions) if out is None else out
-        launcher = getattr(build.load_extension(self.name), f"{variant}_backward")
-        launcher(predictions.data_ptr(), targets.data_ptr(), grad_loss.data_ptr(), grad.data_ptr(),
-                 rows, cols, torch.cuda.current_stream(predictions.device).cuda_stream)
+        pointers = (predictions.data_ptr(), targets.data_ptr(), grad_loss.data_ptr(), grad.data_ptr())
+        if variant in TYPED:
+            ext.vectorized_backward(*pointers, rows, cols, build.dtype_code(predictions.dtype), stream)
+        else:
+            getattr(ext, f"{variant}_backward")(*pointers, rows, cols, stream)
         return grad
 
 

@@ -1,0 +1,16 @@
+// Host launchers of the device-ceiling kernels: plain C++, no torch headers.
+// `out` is a device pointer to blocks * CEILING_THREADS floats; each launcher
+// enqueues one kernel on `stream` and returns the launch status.
+#pragma once
+#include <cuda_runtime.h>
+
+constexpr int CEILING_THREADS = 256;  // threads per block
+constexpr int CEILING_CHAINS = 8;     // independent dependency chains per thread
+
+// blocks * CEILING_THREADS * iterations * CEILING_CHAINS fused multiply-adds (2 FLOP each)
+cudaError_t fma_throughput(float* out,  // (blocks * CEILING_THREADS,)
+                           int blocks, int iterations, float a, float b, cudaStream_t stream);
+
+// blocks * CEILING_THREADS * iterations * CEILING_CHAINS base-2 exponentials on the MUFU
+cudaError_t mufu_ex2_throughput(float* out,  // (blocks * CEILING_THREADS,)
+                                int blocks, int iterations, cudaStream_t stream);

@@ -1,0 +1,131 @@
+// fused: one pass for training. The forward reads p and t once and writes both
+// the loss partials and dL/dp for grad_loss = 1, so the backward has nothing
+// left to read but a scale by grad_loss, skipped when it is 1 (loss.backward()).
+// It removes the second read of p and t that a separate backward pays: three
+// passes over B x D instead of five.
+#include <algorithm>
+#include "kl_div.cuh"
+#include "launchers.h"
+#include "../common/dispatch.cuh"
+#include "../common/reduce.cuh"
+#include "../common/sum_partials.cuh"
+
+constexpr int THREADS = 256;
+constexpr int UNROLL = 4;
+
+template <typename T>
+__global__ void __launch_bounds__(THREADS)
+kl_div_fused_forward_kernel(const T* __restrict__ predictions,  // (B, D)
+                            const T* __restrict__ targets,      // (B, D)
+                            float* __restrict__ row_partials,   // (B,)
+                            T* __restrict__ grad_predictions,   // (B, D), for grad_loss = 1
+                            int64_t D, float inv_B) {
+    constexpr int V = Pack<T>::size;
+    const T* p = predictions + blockIdx.x * D;
+    const T* t = targets + blockIdx.x * D;
+    T* g = grad_predictions + blockIdx.x * D;
+    // Packs need all three rows at the same offset from a 16-byte boundary.
+    const uintptr_t offset = reinterpret_cast<uintptr_t>(p) % 16;
+    int64_t head = 0, packs = 0;
+    if (reinterpret_cast<uintptr_t>(t) % 16 == offset && reinterpret_cast<uintptr_t>(g) % 16 == offset) {
+        head = min(D, int64_t(elements_to_alignment(p)));
+        packs = (D - head) / V;
+    }
+    float sum = 0.0f;
+    for (int64_t j = threadIdx.x; j < head; j += THREADS) {
+        const float pj = to_float(p[j]), tj = to_float(t[j]);
+        sum += kl_div_term(pj, tj);
+        g[j] = from_float<T>(kl_div_grad(pj, tj, inv_B));
+    }
+    const T* pv = p + head;
+    const T* tv = t + head;
+    T* gv = g + head;
+    int64_t i = threadIdx.x;
+    for (; i + (UNROLL - 1) * THREADS < packs; i += UNROLL * THREADS) {
+        Pack<T> pb[UNROLL], tb[UNROLL];
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {
+            pb[u] = load_pack(pv + V * (i + u * THREADS));
+            tb[u] = load_pack(tv + V * (i + u * THREADS));
+        }
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {
+            Pack<T> gb;
+#pragma unroll
+            for (int k = 0; k < V; ++k) {
+                sum += kl_div_term(pb[u][k], tb[u][k]);
+                gb.set(k, kl_div_grad(pb[u][k], tb[u][k], inv_B));
+            }
+            store_pack(gv + V * (i + u * THREADS), gb);
+        }
+    }
+    for (; i < packs; i += THREADS) {
+        const Pack<T> pb = load_pack(pv + V * i), tb = load_pack(tv + V * i);
+        Pack<T> gb;
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+            sum += kl_div_term(pb[k], tb[k]);
+            gb.set(k, kl_div_grad(pb[k], tb[k], inv_B));
+        }
+        store_pack(gv + V * i, gb);
+    }
+    for (int64_t j = head + V * packs + threadIdx.x; j < D; j += THREADS) {
+        const float pj = to_float(p[j]), tj = to_float(t[j]);
+        sum += kl_div_term(pj, tj);
+        g[j] = from_float<T>(kl_div_grad(pj, tj, inv_B));
+    }
+    sum = block_reduce_sum(sum);
+    if (threadIdx.x == 0) row_partials[blockIdx.x] = sum;
+}
+
+// grad *= grad_loss, in place. Every thread reads grad_loss first: when it is
+// exactly 1 the forward's gradient is already final and no byte is moved.
+template <typename T>
+__global__ void __launch_bounds__(THREADS)
+kl_div_fused_scale_kernel(T* __restrict__ grad_predictions,    // (n,)
+                          const float* __restrict__ grad_loss,  // ()
+                          int64_t n) {
+    constexpr int V = Pack<T>::size;
+    const float scale = *grad_loss;
+    if (scale == 1.0f) return;
+    const int64_t stride = int64_t(gridDim.x) * THREADS;
+    const int64_t first = blockIdx.x * int64_t(THREADS) + threadIdx.x;
+    if (is_aligned_16(grad_predictions)) {
+        for (int64_t i = first; i < n / V; i += stride) {
+            Pack<T> g = load_pack(grad_predictions + V * i);
+#pragma unroll
+            for (int k = 0; k < V; ++k) g.set(k, g[k] * scale);
+            store_pack(grad_predictions + V * i, g);
+        }
+        for (int64_t i = n / V * V + first; i < n; i += stride)
+            grad_predictions[i] = from_float<T>(to_float(grad_predictions[i]) * scale);
+    } else {
+        for (int64_t i = first; i < n; i += stride)
+            grad_predictions[i] = from_float<T>(to_float(grad_predictions[i]) * scale);
+    }
+}
+
+cudaError_t kl_div_fused_forward(const void* predictions, const void* targets, float* row_partials,
+                                 float* loss, void* grad_predictions, int64_t B, int64_t D,
+                                 DType dtype, cudaStream_t stream) {
+    cudaError_t err = dispatch_dtype(dtype, [&](auto tag) {
+        using T = decltype(tag);
+        kl_div_fused_forward_kernel<T><<<B, THREADS, 0, stream>>>(
+            static_cast<const T*>(predictions), static_cast<const T*>(targets), row_partials,
+            static_cast<T*>(grad_predictions), D, 1.0f / float(B));
+        return cudaGetLastError();
+    });
+    if (err != cudaSuccess) return err;
+    return launch_sum_partials(row_partials, B, float(B), loss, stream);
+}
+
+cudaError_t kl_div_fused_backward(void* grad_predictions, const float* grad_loss, int64_t n,
+                                  DType dtype, cudaStream_t stream) {
+    return dispatch_dtype(dtype, [&](auto tag) {
+        using T = decltype(tag);
+        const int64_t blocks = std::min<int64_t>((n / Pack<T>::size + THREADS) / THREADS, 4096);
+        kl_div_fused_scale_kernel<T><<<blocks, THREADS, 0, stream>>>(static_cast<T*>(grad_predictions),
+                                                                    grad_loss, n);
+        return cudaGetLastError();
+    });
+}

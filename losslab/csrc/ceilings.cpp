@@ -1,0 +1,29 @@
+// Python binding of the device-ceiling launchers (kernels/ceilings/). pybind11
+// only, no torch headers: Python allocates the output and passes its data
+// pointer and the current CUDA stream as integers.
+#include <pybind11/pybind11.h>
+#include <stdexcept>
+#include <string>
+#include "ceilings/launchers.h"
+
+static void throw_on_error(cudaError_t err, const char* what) {
+    if (err != cudaSuccess)
+        throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(err));
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+    m.doc() = "losslab device ceilings: FP32 FMA and MUFU (exp2) throughput kernels";
+    m.attr("THREADS") = CEILING_THREADS;
+    m.attr("CHAINS") = CEILING_CHAINS;
+    m.def("fma_throughput", [](uintptr_t out, int blocks, int iterations, float a, float b,
+                               uintptr_t stream) {
+        throw_on_error(fma_throughput(reinterpret_cast<float*>(out), blocks, iterations, a, b,
+                                      reinterpret_cast<cudaStream_t>(stream)),
+                       "fma_throughput");
+    });
+    m.def("mufu_ex2_throughput", [](uintptr_t out, int blocks, int iterations, uintptr_t stream) {
+        throw_on_error(mufu_ex2_throughput(reinterpret_cast<float*>(out), blocks, iterations,
+                                           reinterpret_cast<cudaStream_t>(stream)),
+                       "mufu_ex2_throughput");
+    });
+}

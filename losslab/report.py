@@ -1,0 +1,187 @@
+"""The report: every notebook executed headless, exported, and linked from one index page.
+
+``build_report(Path("reports"))`` (``make report``, ``python -m losslab report``)
+writes, for each ``notebooks/*.ipynb``:
+
+    reports/<name>.ipynb               executed by papermill (the venv's ``python3`` kernel)
+    reports/<name>.html                its HTML export (nbconvert)
+    reports/figures/<name>_<n>.png     its n-th PNG output (n from 1)
+
+and ``reports/index.html`` linking them all with the device, date and kernel hash
+of the results each notebook shows (read from the metadata of its
+``workbook.banner`` output) and a list of every record under ``reports/results/``.
+Nothing under ``notebooks/`` is written.
+"""
+from __future__ import annotations
+
+import base64
+import html
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+import papermill
+from nbconvert import HTMLExporter
+
+from . import problems, results
+from .build import ROOT
+from .workbook import METADATA_KEY
+
+NOTEBOOKS = ROOT / "notebooks"
+KERNEL_NAME = "python3"  # ipykernel's own kernel: runs on the Python that runs papermill (the venv's)
+
+
+@dataclass
+class NotebookReport:
+    """What became of one notebook: paths of its outputs, the seconds it took, the
+    results it showed (provenance dicts from its banners) and the error, if it failed."""
+
+    name: str
+    executed: Path
+    html: Path
+    figures: list[Path] = field(default_factory=list)
+    seconds: float = 0.0
+    shows: list[dict] = field(default_factory=list)
+    error: str = ""
+
+
+def notebooks(folder: Path = NOTEBOOKS) -> list[Path]:
+    """The workbook's notebooks, in name order (01_..., 02_..., ...)."""
+    return sorted(folder.glob("*.ipynb"))
+
+
+def extract_figures(nb: nbformat.NotebookNode, folder: Path, name: str) -> list[Path]:
+    """Write every image/png output of ``nb`` to ``folder/<name>_<n>.png`` (n from 1); return the paths."""
+    paths = []
+    for cell in nb.cells:
+        for output in cell.get("outputs", []):
+            data = output.get("data", {}).get("image/png")
+            if data:
+                path = folder / f"{name}_{len(paths) + 1}.png"
+                path.write_bytes(base64.b64decode(data))
+                paths.append(path)
+    return paths
+
+
+def shown_results(nb: nbformat.NotebookNode) -> list[dict]:
+    """The provenance each ``workbook.banner`` output of ``nb`` recorded in its metadata."""
+    return [output["metadata"][METADATA_KEY] for cell in nb.cells for output in cell.get("outputs", [])
+            if METADATA_KEY in output.get("metadata", {})]
+
+
+def run_notebook(source: Path, output_dir: Path, parameters: dict | None = None) -> NotebookReport:
+    """Execute ``source`` with papermill into ``output_dir``, export it to HTML and extract its figures.
+
+    Only the ``parameters`` the notebook's parameters cell defines are passed. A failing
+    cell does not raise: the report's ``error`` says what failed, and the executed copy
+    (which papermill writes with the traceback) is still exported.
+    """
+    name = source.stem
+    report = NotebookReport(name, output_dir / f"{name}.ipynb", output_dir / f"{name}.html")
+    known = papermill.inspect_notebook(str(source))
+    passed = {k: v for k, v in (parameters or {}).items() if k in known}
+    start = time.perf_counter()
+    try:
+        papermill.execute_notebook(str(source), str(report.executed), parameters=passed,
+                                   kernel_name=KERNEL_NAME, cwd=str(source.parent), progress_bar=False)
+    except papermill.PapermillExecutionError as error:
+        report.error = f"cell {error.exec_count}: {error.ename}: {error.evalue}"
+    report.seconds = time.perf_counter() - start
+    nb = nbformat.read(report.executed, as_version=4)
+    body, _ = HTMLExporter().from_notebook_node(nb)
+    report.html.write_text(body, encoding="utf-8")
+    figures = output_dir / "figures"
+    figures.mkdir(exist_ok=True)
+    report.figures = extract_figures(nb, figures, name)
+    report.shows = shown_results(nb)
+    return report
+
+
+def _provenance_html(shows: list[dict]) -> str:
+    if not shows:
+        return "&mdash;"
+    items = []
+    for s in shows:
+        if s["source"] == "none":
+            items.append(f"{html.escape(s['problem'])}: no results recorded yet")
+            continue
+        fresh = "matches kernels/" if s["fresh"] else "<b>does not match kernels/</b>"
+        items.append(f"{html.escape(s['problem'])}: {html.escape(s['source'])} on {html.escape(s['device'])}, "
+                     f"{html.escape(s['date'])}, kernels sha256 <code>{s['kernels_sha256'][:12]}</code> ({fresh})")
+    return "<br>".join(items)
+
+
+def write_index(output_dir: Path, reports: list[NotebookReport], results_dir: Path = results.RESULTS_DIR) -> Path:
+    """Write ``output_dir/index.html``: each notebook's HTML, executed copy, figures and the
+    provenance of the results it shows, then every recorded result. Returns its path."""
+    rows = []
+    for r in reports:
+        rel = lambda p: html.escape(p.relative_to(output_dir).as_posix())
+        figures = " ".join(f'<a href="{rel(f)}"><img src="{rel(f)}" height="90" alt="{rel(f)}"></a>' for f in r.figures)
+        status = f'<span style="color:#b00">FAILED: {html.escape(r.error)}</span>' if r.error else f"{r.seconds:.1f} s"
+        rows.append(f'<tr><td><a href="{rel(r.html)}">{html.escape(r.name)}</a><br>'
+                    f'<small><a href="{rel(r.executed)}">executed .ipynb</a> &middot; {status}</small></td>'
+                    f"<td>{_provenance_html(r.shows)}</td><td>{figures}</td></tr>")
+    records = []
+    for record in results.load_records(results_dir):
+        for problem, section in sorted(record["problems"].items()):
+            fresh = "yes" if results.is_fresh(section, problem) else "<b>no</b>"
+            records.append(f"<tr><td>{html.escape(record['device'])}</td><td>{html.escape(problem)}</td>"
+                           f"<td>{html.escape(section['date'])}</td><td>torch {html.escape(section['torch'])}, "
+                           f"CUDA {html.escape(str(section['cuda']))}</td>"
+                           f"<td><code>{section['kernels_sha256'][:12]}</code></td><td>{fresh}</td></tr>")
+    records_html = ("<table><tr><th>device</th><th>problem</th><th>date (UTC)</th><th>versions</th>"
+                    "<th>kernels sha256</th><th>matches kernels/</th></tr>" + "".join(records) + "</table>"
+                    if records else "<p>No results recorded yet: run <code>python -m losslab bench &lt;problem&gt;</code> "
+                                    "on a GPU machine and commit <code>reports/results/</code>.</p>")
+    page = f"""<!DOCTYPE html>
+<html><head><meta charset="utf-8"><title>losslab report</title>
+<style>body{{font-family:sans-serif;margin:2em}} td,th{{padding:4px 10px;text-align:left;vertical-align:top}}
+table{{border-collapse:collapse}} tr{{border-bottom:1px solid #ddd}}</style></head>
+<body><h1>losslab report</h1>
+<p>Built {time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}; current kernels sha256:
+{", ".join(f"{p} <code>{results.kernels_sha256(p)[:12]}</code>" for p in problems.names())}.</p>
+<h2>Notebooks</h2>
+<table><tr><th>notebook</th><th>results shown</th><th>figures</th></tr>{"".join(rows)}</table>
+<h2>Recorded results</h2>{records_html}
+</body></html>
+"""
+    index = output_dir / "index.html"
+    index.write_text(page, encoding="utf-8")
+    return index
+
+
+def build_report(output_dir: Path, parameters: dict | None = None, sources: list[Path] | None = None) -> Path:
+    """Execute every notebook (default: all of ``notebooks/``) headless into ``output_dir``,
+    export each to HTML, save its figures as PNG and write ``output_dir/index.html``.
+    Prints which notebook runs and how long it took.
+
+    Args:
+        parameters: passed to each notebook's parameters cell (those it defines), e.g.
+            ``{"device": "NVIDIA H200"}``.
+    Returns the index's path.
+
+    Raises:
+        ValueError: ``output_dir`` is inside ``notebooks/`` (the sources are never overwritten).
+        RuntimeError: a notebook failed (after every notebook ran and the index was written).
+    """
+    output_dir = Path(output_dir).resolve()
+    if output_dir == NOTEBOOKS or NOTEBOOKS in output_dir.parents:
+        raise ValueError(f"output_dir: {output_dir} is inside {NOTEBOOKS}; choose another folder, e.g. reports/")
+    sources = notebooks() if sources is None else sources
+    output_dir.mkdir(parents=True, exist_ok=True)
+    reports = []
+    for i, source in enumerate(sources, 1):
+        print(f"[{i}/{len(sources)}] executing {source.name} ...", flush=True)
+        report = run_notebook(source, output_dir, parameters)
+        outcome = f"FAILED ({report.error})" if report.error else "done"
+        print(f"[{i}/{len(sources)}] {source.name} {outcome} in {report.seconds:.1f} s -> "
+              f"{report.html.name}, {len(report.figures)} figure(s)", flush=True)
+        reports.append(report)
+    index = write_index(output_dir, reports)
+    print(f"wrote {index}", flush=True)
+    failed = [r.name for r in reports if r.error]
+    if failed:
+        raise RuntimeError(f"notebooks failed: {', '.join(failed)} (see their HTML under {output_dir})")
+    return index
