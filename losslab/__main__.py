@@ -68,16 +68,22 @@ def cmd_check(args) -> int:
 
 def cmd_bench(args) -> int:
     from . import results
-    from .bench import PEERS, bench_problem, format_table
+    import torch
+
+    from .bench import PEERS, bench_problem, format_table, summary_table
     from .check import check_problem, format_table as format_checks
     from .roofline import measure_ceilings
 
     _require_gpu("bench")
+    if args.all:
+        args.problems = list(problems.names())
+    if not args.problems:
+        sys.exit("losslab bench: name one or more problems, or --all")
     print("measuring the device's ceilings (bandwidth, FP32 FMA, MUFU) ...", file=sys.stderr, flush=True)
     ceilings = measure_ceilings()
     bandwidth = {"read": ceilings["read_gbps"], "copy": ceilings["copy_gbps"]}
     peers = tuple(p for p in PEERS if not (p == "compile" and args.no_compile))
-    tables, failed = [], 0
+    tables, failed, sections = [], 0, {}
     for name in args.problems:
         spec = problems.get(name)
         shape = _resolve_shape(spec, args.size)
@@ -86,9 +92,16 @@ def cmd_bench(args) -> int:
         failed += sum(not c.passed for c in checks)
         rows = bench_problem(name, shape, args.variants, peers=peers, repeats=args.repeats,
                              bandwidth=bandwidth)
+        # 16-bit inputs, for the variants (and peers) that take them
+        rows_by_dtype = {dtype: bench_problem(name, shape, args.variants, peers=peers, repeats=args.repeats,
+                                              bandwidth=bandwidth, dtype=getattr(torch, dtype))
+                         for dtype in args.dtypes if dtype != "float32"
+                         and any(getattr(torch, dtype) in spec.dtypes(v) for v in (args.variants or spec.variants))}
         section.update(shape=list(shape), dtype="float32", repeats=args.repeats,
                        bandwidth_gbps=bandwidth, rows=[r.as_dict() for r in rows],
+                       rows_by_dtype={d: [r.as_dict() for r in rs] for d, rs in rows_by_dtype.items()},
                        checks=[c.as_dict() for c in checks], ceilings=ceilings)
+        sections[name] = section
         if args.ncu:
             from .profile import format_table as format_ncu, profile_problem
 
@@ -106,6 +119,10 @@ def cmd_bench(args) -> int:
                       f"FP32 FMA {ceilings.get('fp32_fma_tflops', float('nan')):.1f} TFLOP/s, "
                       f"MUFU ex2 {ceilings.get('mufu_ex2_tops', float('nan')):.2f} Tops/s\n"
                       f"{format_table(rows)}")
+        for dtype, extra in rows_by_dtype.items():
+            tables.append(f"{name} {shape[0]}x{shape[1]} {dtype}\n{format_table(extra)}")
+    if len(sections) > 1:
+        tables.append(f"best variant against each peer\n{summary_table(sections)}")
     print("\n\n".join(tables))
     if failed:
         print(f"{failed} check(s) failed")
@@ -142,8 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="problems, variants and sizes").set_defaults(fn=cmd_list)
 
-    def problem_args(p):
-        p.add_argument("problems", nargs="+", choices=problems.names(), metavar="problem",
+    def problem_args(p, nargs="+"):
+        p.add_argument("problems", nargs=nargs, choices=problems.names(), metavar="problem",
                        help=f"one or more of: {', '.join(problems.names())}")
         p.add_argument("--variants", type=lambda s: s.split(","), default=None,
                        help="comma-separated variants (default: the whole ladder)")
@@ -157,7 +174,12 @@ def main(argv: list[str] | None = None) -> int:
     check.set_defaults(fn=cmd_check)
 
     bench = sub.add_parser("bench", help="check, time and record variants and peers (GPU)")
-    problem_args(bench)
+    problem_args(bench, nargs="*")
+    bench.add_argument("--all", action="store_true", help="every problem, then a summary of the best "
+                       "variant of each against the peers")
+    bench.add_argument("--dtypes", type=lambda s: s.split(","), default=["float32"],
+                       help="comma-separated input dtypes (default float32; 16-bit types time only "
+                       "the variants that take them)")
     bench.add_argument("--size", default="seed", help="a size name or ROWSxCOLUMNS (default: seed)")
     bench.add_argument("--repeats", type=int, default=20)
     bench.add_argument("--no-compile", action="store_true", help="skip the torch.compile peer")

@@ -207,3 +207,24 @@ def format_table(rows: list[BenchRow]) -> str:
                      f"{f'{r.p10_ms:.3f}-{r.p90_ms:.3f}':>15} {r.gbps:>8.0f} {r.fraction_of_bandwidth:>6.0%} "
                      f"{r.peak_extra_bytes / 2**20:>10.2f} {r.error:>9.1e}{speedups}")
     return "\n".join(lines)
+
+
+def summary_table(sections: dict[str, dict]) -> str:
+    """The best variant of each problem against each peer, forward and forward_backward.
+
+    ``sections`` maps a problem to its recorded section (``results``' format: rows as
+    dicts). Times in ms; "of bw" is the fraction of the measured bandwidth.
+    """
+    lines = [f"{'problem':<14} {'direction':<16} {'best variant':<14} {'ms':>8} {'of bw':>6}   peers (ms, speedup)"]
+    for problem, section in sections.items():
+        for direction in ("forward", "forward_backward"):
+            rows = [r for r in section["rows"] if r["direction"] == direction]
+            variants = [r for r in rows if r["kind"] == "variant"]
+            if not variants:
+                continue
+            best = min(variants, key=lambda r: r["median_ms"])
+            peers = "  ".join(f"{r['implementation']} {r['median_ms']:.3f} (x{r['median_ms'] / best['median_ms']:.2f})"
+                              for r in rows if r["kind"] == "peer")
+            lines.append(f"{problem:<14} {direction:<16} {best['implementation']:<14} {best['median_ms']:>8.3f} "
+                         f"{best['fraction_of_bandwidth']:>6.0%}   {peers}")
+    return "\n".join(lines)

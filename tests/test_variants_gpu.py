@@ -11,7 +11,8 @@ import losslab
 from losslab import build, check, problems
 
 pytestmark = pytest.mark.gpu
-SIZED = [(p, v, s) for p, v in losslab.all_variants() for s in problems.get(p).sizes]
+SIZED = [(p, v, s, d) for p, v in losslab.all_variants() for s in problems.get(p).sizes
+         for d in problems.get(p).dtypes(v)]
 
 
 def assert_passed(results):
@@ -19,9 +20,9 @@ def assert_passed(results):
     assert not failed, "\n" + check.format_table(failed)
 
 
-@pytest.mark.parametrize("problem, variant, size", SIZED)
-def test_matches_float64_reference(problem, variant, size):
-    assert_passed(check.check_variant(problem, variant, problems.get(problem).sizes[size]))
+@pytest.mark.parametrize("problem, variant, size, dtype", SIZED)
+def test_matches_float64_reference(problem, variant, size, dtype):
+    assert_passed(check.check_variant(problem, variant, problems.get(problem).sizes[size], dtype=dtype))
 
 
 @pytest.mark.parametrize("problem, variant", losslab.all_variants())
@@ -35,6 +36,25 @@ def test_loss_is_bitwise_deterministic(problem, variant):
     op = losslab.variant(problem, variant)
     first = op(*inputs)
     assert all(torch.equal(first, op(*inputs)) for _ in range(5))
+
+
+def test_fused_backward_refuses_a_second_call_through_a_retained_graph():
+    predictions, targets = problems.get("kl_div").make_inputs((4, 8), seed=0)
+    loss = losslab.variant("kl_div", "fused")(predictions.requires_grad_(True), targets)
+    loss.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="fused: backward can run once per forward"):
+        loss.backward()
+
+
+def test_fused_inference_writes_no_gradient():
+    predictions, targets = problems.get("kl_div").make_inputs((1024, 4096), seed=0)
+    fused = losslab.variant("kl_div", "fused")
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    with torch.no_grad():
+        fused(predictions.requires_grad_(True), targets)
+    assert torch.cuda.max_memory_allocated() - before < predictions.numel() * 4  # no gradient buffer
 
 
 @pytest.mark.parametrize("problem", problems.names())

@@ -1,0 +1,84 @@
+// The cross-entropy formulas every rung shares (launchers.h declares the
+// launchers each rung defines). For one row of logits x with target class t:
+//
+//   loss_row = logsumexp(x) - x[t]       mean over the rows with t != ignore_index
+//   dL/dx_j  = (softmax(x)_j - [j == t]) * grad_loss / n_valid     (0 on ignored rows)
+//
+// logsumexp(x) is carried as (max, sum_j exp(x_j - max)): subtracting the max
+// keeps exp from overflowing at x = 1e4. The forward stores the two parts, max
+// and log(sum), so the backward forms x_j - logsumexp as (x_j - max) - log(sum):
+// x_j - max is exact for logits near the max, where x_j - (max + log(sum))
+// would round log(sum) away against a large max.
+#pragma once
+#include <cstdint>
+#include <float.h>
+#include <math.h>
+#include "../common/reduce.cuh"
+
+constexpr int64_t IGNORE_INDEX = -100;
+
+// Running log-sum-exp of the values seen so far (the "online softmax"): one
+// pass over the row, one exp per value. The max starts at -FLT_MAX, not -inf,
+// so a row of -inf logits never computes exp(-inf - -inf) = NaN.
+struct LogSumExp {
+    float max = -FLT_MAX;
+    float sum = 0.0f;  // sum of exp(x - max)
+};
+
+// Raise the running max to m if m is larger, rescaling the sum to match.
+__device__ __forceinline__ void lse_raise_max(LogSumExp& acc, float m) {
+    if (m > acc.max) {
+        acc.sum *= expf(acc.max - m);
+        acc.max = m;
+    }
+}
+
+// NaN never raises the max (m > max is false) but still enters the sum, so it propagates.
+__device__ __forceinline__ void lse_add(LogSumExp& acc, float x) {
+    lse_raise_max(acc, x);
+    acc.sum += expf(x - acc.max);
+}
+
+// Combine every thread's (max, sum) into the row's, with warp shuffles: the
+// block's max first, then each sum rescaled to it. Every thread gets the result.
+__device__ __forceinline__ LogSumExp block_reduce_logsumexp(LogSumExp acc) {
+    LogSumExp row;
+    row.max = block_reduce_max(acc.max);
+    row.sum = block_reduce_sum(acc.sum * expf(acc.max - row.max));
+    return row;
+}
+
+__device__ __forceinline__ bool target_in_range(int64_t target, int64_t C) {
+    return target >= 0 && target < C;
+}
+
+// The forward's per-row results. An ignored row's loss is 0 (the second stage
+// also leaves it out of the count). A target outside [0, C) gives NaN and is
+// never used as an index, so a launch that skipped the host's range check
+// still reads nothing out of bounds.
+__device__ __forceinline__ void store_row(const float* x,         // (C,) this row's logits
+                                          int64_t target, int64_t C, LogSumExp lse, int64_t row,
+                                          float* row_losses,      // (N,)
+                                          float* row_max,         // (N,)
+                                          float* row_log_sum) {   // (N,)
+    const float log_sum = logf(lse.sum);
+    float loss = NAN;
+    if (target == IGNORE_INDEX) loss = 0.0f;
+    else if (target_in_range(target, C)) loss = (lse.max - x[target]) + log_sum;
+    row_losses[row] = loss;
+    row_max[row] = lse.max;
+    row_log_sum[row] = log_sum;
+}
+
+// grad_loss / n_valid on a valid row. 0 on an ignored row, so that an all-ignored
+// batch (n_valid = 0) gets a zero gradient as in PyTorch, never 0 * inf. NaN on
+// an out-of-range target.
+__device__ __forceinline__ float row_grad_scale(int64_t target, int64_t C, float grad_per_valid_row) {
+    if (target == IGNORE_INDEX) return 0.0f;
+    return target_in_range(target, C) ? grad_per_valid_row : NAN;
+}
+
+__device__ __forceinline__ float cross_entropy_grad(float x, int64_t j, int64_t target, float row_max,
+                                                    float log_sum, float scale) {
+    return (expf((x - row_max) - log_sum) - (j == target ? 1.0f : 0.0f)) * scale;
+}

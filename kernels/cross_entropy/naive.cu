@@ -1,0 +1,63 @@
+// naive: one thread per row, looping over the row -- the formula written down
+// directly, with a one-pass (online) log-sum-exp. Its flaw: neighbouring
+// threads read addresses C floats apart, so every warp-wide load touches 32
+// different cache lines (uncoalesced), and only N threads exist to hide latency.
+#include "cross_entropy.cuh"
+#include "launchers.h"
+
+constexpr int THREADS = 256;
+
+__global__ void cross_entropy_naive_forward_kernel(const float* __restrict__ logits,     // (N, C)
+                                                   const int64_t* __restrict__ targets,  // (N,)
+                                                   float* __restrict__ row_losses,       // (N,)
+                                                   float* __restrict__ row_max,          // (N,)
+                                                   float* __restrict__ row_log_sum,      // (N,)
+                                                   int64_t N, int64_t C) {
+    const int64_t row = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+    if (row >= N) return;
+    const float* x = logits + row * C;
+    LogSumExp lse;
+    for (int64_t j = 0; j < C; ++j) lse_add(lse, x[j]);
+    store_row(x, targets[row], C, lse, row, row_losses, row_max, row_log_sum);
+}
+
+__global__ void cross_entropy_naive_backward_kernel(const float* __restrict__ logits,       // (N, C)
+                                                    const int64_t* __restrict__ targets,    // (N,)
+                                                    const float* __restrict__ row_max,      // (N,)
+                                                    const float* __restrict__ row_log_sum,  // (N,)
+                                                    const int64_t* __restrict__ counts,     // (2,)
+                                                    const float* __restrict__ grad_loss,    // ()
+                                                    float* __restrict__ grad_logits,        // (N, C)
+                                                    int64_t N, int64_t C) {
+    const int64_t row = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+    if (row >= N) return;
+    const int64_t target = targets[row];
+    const float scale = row_grad_scale(target, C, *grad_loss / float(counts[0]));
+    const float m = row_max[row], log_sum = row_log_sum[row];
+    for (int64_t j = 0; j < C; ++j) {
+        const int64_t i = row * C + j;
+        grad_logits[i] = cross_entropy_grad(logits[i], j, target, m, log_sum, scale);
+    }
+}
+
+cudaError_t cross_entropy_naive_forward(const float* logits, const int64_t* targets, float* row_losses,
+                                        float* row_max, float* row_log_sum, float* loss,
+                                        int64_t* counts, int64_t N, int64_t C, cudaStream_t stream) {
+    const int64_t blocks = (N + THREADS - 1) / THREADS;
+    cross_entropy_naive_forward_kernel<<<blocks, THREADS, 0, stream>>>(
+        logits, targets, row_losses, row_max, row_log_sum, N, C);
+    cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
+    return cross_entropy_valid_mean(row_losses, targets, loss, counts, N, C, stream);
+}
+
+cudaError_t cross_entropy_naive_backward(const float* logits, const int64_t* targets,
+                                         const float* row_max, const float* row_log_sum,
+                                         const int64_t* counts, const float* grad_loss,
+                                         float* grad_logits, int64_t N, int64_t C,
+                                         cudaStream_t stream) {
+    const int64_t blocks = (N + THREADS - 1) / THREADS;
+    cross_entropy_naive_backward_kernel<<<blocks, THREADS, 0, stream>>>(
+        logits, targets, row_max, row_log_sum, counts, grad_loss, grad_logits, N, C);
+    return cudaGetLastError();
+}

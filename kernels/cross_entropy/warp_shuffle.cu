@@ -1,0 +1,45 @@
+// warp_shuffle: as shared_memory, but the block combines its threads' (max, sum)
+// with __shfl_xor_sync inside each warp and one shared slot per warp. It
+// replaces shared_memory's two eight-step barrier-separated trees (most threads
+// idle) with register-to-register exchanges and four barriers.
+#include "cross_entropy.cuh"
+#include "launchers.h"
+
+constexpr int THREADS = 256;
+
+__global__ void __launch_bounds__(THREADS)
+cross_entropy_warp_shuffle_forward_kernel(const float* __restrict__ logits,     // (N, C)
+                                          const int64_t* __restrict__ targets,  // (N,)
+                                          float* __restrict__ row_losses,       // (N,)
+                                          float* __restrict__ row_max,          // (N,)
+                                          float* __restrict__ row_log_sum,      // (N,)
+                                          int64_t C) {
+    const int64_t row = blockIdx.x;
+    const float* x = logits + row * C;
+    LogSumExp lse;
+    for (int64_t j = threadIdx.x; j < C; j += THREADS) lse_add(lse, x[j]);
+    lse = block_reduce_logsumexp(lse);
+    if (threadIdx.x == 0) store_row(x, targets[row], C, lse, row, row_losses, row_max, row_log_sum);
+}
+
+cudaError_t cross_entropy_warp_shuffle_forward(const float* logits, const int64_t* targets,
+                                               float* row_losses, float* row_max,
+                                               float* row_log_sum, float* loss, int64_t* counts,
+                                               int64_t N, int64_t C, cudaStream_t stream) {
+    cross_entropy_warp_shuffle_forward_kernel<<<N, THREADS, 0, stream>>>(
+        logits, targets, row_losses, row_max, row_log_sum, C);
+    cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
+    return cross_entropy_valid_mean(row_losses, targets, loss, counts, N, C, stream);
+}
+
+// The backward has nothing to reduce, so shuffles change nothing there: it is
+// shared_memory's coalesced element-wise kernel.
+cudaError_t cross_entropy_warp_shuffle_backward(const float* logits, const int64_t* targets,
+                                                const float* row_max, const float* row_log_sum,
+                                                const int64_t* counts, const float* grad_loss,
+                                                float* grad_logits, int64_t N, int64_t C,
+                                                cudaStream_t stream) {
+    return cross_entropy_shared_memory_backward(logits, targets, row_max, row_log_sum, counts,
+                                                grad_loss, grad_logits, N, C, stream);
+}

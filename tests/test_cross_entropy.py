@@ -1,0 +1,228 @@
+"""cross_entropy's definition (DESIGN.md) and its error handling: what the kernels must reproduce.
+
+The generic tests (test_problems.py, test_compile.py, test_variants_gpu.py) cover
+every problem; these cover what is particular to cross-entropy: ignore_index,
+the all-ignored NaN, the out-of-range target error, and the precision argument
+for keeping each row's log-sum-exp as (max, log(sum)).
+"""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import losslab
+from losslab import build, check, problems
+from losslab.problems.cross_entropy import IGNORE_INDEX, out_of_range_message
+
+CE = problems.get("cross_entropy")
+VARIANTS = CE.variants
+# conftest.py skips the gpu tier without a GPU; the skipif keeps these tests safe
+# when this file is run on its own.
+requires_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="gpu tier: no CUDA GPU visible")
+
+
+def softmax_minus_onehot(x, t):
+    """(softmax(x) - onehot(t)) / n_valid, zero on ignored rows, in float64."""
+    x = x.double()
+    valid = t != IGNORE_INDEX
+    onehot = torch.zeros_like(x)
+    onehot[valid.nonzero()[:, 0], t[valid]] = 1
+    return (x.softmax(-1) - onehot) * valid[:, None] / valid.sum()
+
+
+# -- cpu tier: the reference semantics the kernels reproduce ------------------
+
+def test_loss_is_mean_over_valid_rows_of_logsumexp_minus_target_logit():
+    x, t = CE.make_inputs((6, 9), seed=0, device="cpu")
+    t[[1, 4]] = IGNORE_INDEX
+    valid = t != IGNORE_INDEX
+    rows = x.logsumexp(-1) - x.gather(1, t.clamp(min=0)[:, None])[:, 0]
+    torch.testing.assert_close(CE.reference(x, t), rows[valid].sum() / valid.sum())
+
+
+def test_gradient_formula_with_ignored_rows():
+    x, t = CE.make_inputs((6, 9), seed=0, device="cpu")
+    t[::2] = IGNORE_INDEX
+    _, grad = CE.reference_float64(x, t)
+    torch.testing.assert_close(grad, softmax_minus_onehot(x, t))
+    assert (grad[::2] == 0).all()
+
+
+def test_every_target_ignored_gives_nan_loss_and_zero_gradient():
+    x, t = CE.make_inputs((5, 7), seed=0, device="cpu")
+    loss, grad = CE.reference_float64(x, torch.full_like(t, IGNORE_INDEX))
+    assert loss.isnan()
+    assert (grad == 0).all()
+
+
+def test_one_class_gives_zero_loss_and_gradient():
+    loss, grad = CE.reference_float64(*CE.make_inputs((4, 1), seed=0, device="cpu"))
+    assert loss == 0 and (grad == 0).all()
+
+
+def test_split_logsumexp_keeps_the_gradient_accurate_at_1e4():
+    # The kernels' float32 arithmetic, emulated: softmax as exp((x - max) - log(sum))
+    # meets the gradient tolerance on +-1e4 logits; exp(x - (max + log(sum))) does
+    # not, because max + log(sum) rounds log(sum) to the ulp of 1e4 (~1e-3).
+    x, t = CE.edge_cases("cpu")["logits of +-1e4 (exp overflows without the max)"]
+    _, grad64 = CE.reference_float64(x, t)
+    row_max = x.max(-1, keepdim=True).values
+    log_sum = (x - row_max).exp().sum(-1, keepdim=True).log()
+    onehot = F.one_hot(t, x.shape[1]).float()
+    split = ((x - row_max - log_sum).exp() - onehot) / len(t)
+    joined = ((x - (row_max + log_sum)).exp() - onehot) / len(t)
+    assert check.relative_error(split, grad64)[0] <= check.GRAD_RTOL
+    assert check.relative_error(joined, grad64)[0] > check.GRAD_RTOL
+
+
+def test_make_inputs_gives_int64_class_indices():
+    x, t = CE.make_inputs((50, 7), seed=0, device="cpu")
+    assert x.dtype == torch.float32 and x.shape == (50, 7)
+    assert t.dtype == torch.int64 and t.shape == (50,)
+    assert 0 <= int(t.min()) and int(t.max()) < 7
+
+
+def test_cost_model_counts_bytes_once():
+    rows, cols = CE.sizes["seed"]
+    n = rows * cols
+    forward = CE.cost((rows, cols), "forward")
+    assert forward.bytes_read == n * 4 + rows * 8  # logits and int64 targets
+    assert forward.bytes_written == 4              # the 0-d loss
+    assert forward.transcendentals == n + rows     # an exp per element, a log per row
+    assert CE.cost((rows, cols), "backward").bytes_written == n * 4
+    assert CE.cost((rows, cols), "forward_backward").bytes == 2 * n * 4 + rows * 8 + 8
+
+
+def test_edge_cases_cover_the_issue_list():
+    cases = " ".join(CE.edge_cases("cpu"))
+    for needle in ("every target ignored", "some rows ignored", "1e4", "C = 1", "multiple of 4",
+                   "N = 1", "alignment", "non-contiguous"):
+        assert needle in cases
+
+
+@pytest.mark.parametrize("case", list(CE.edge_cases("cpu")))
+def test_edge_case_targets_are_valid_class_indices(case):
+    x, t = CE.edge_cases("cpu")[case]
+    assert t.dtype == torch.int64 and t.shape == (x.shape[0],)
+    assert ((t == IGNORE_INDEX) | ((t >= 0) & (t < x.shape[1]))).all()
+
+
+def test_misaligned_edge_case_really_is_misaligned():
+    x, _ = CE.edge_cases("cpu")["storage offset breaks 16-byte alignment"]
+    assert x.is_contiguous() and x.storage_offset() % 4 != 0
+
+
+# -- cpu tier: bad input is refused on the host, before any build or launch ---
+
+@pytest.fixture
+def no_build(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("validation should have failed before building the kernels")
+    monkeypatch.setattr(build, "load_extension", refuse)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_cpu_tensors_are_rejected_before_any_build(no_build, variant):
+    x, t = CE.make_inputs((4, 8), seed=0, device="cpu")
+    with pytest.raises(ValueError, match=r"predictions: expected a CUDA tensor"):
+        losslab.variant("cross_entropy", variant)(x, t)
+
+
+BAD_TARGETS = {
+    "float class probabilities": (lambda t: t.float(), TypeError,
+                                  r"targets: expected int64 class indices .* got torch.float32 "
+                                  r"\(class probabilities are not supported\)"),
+    "int32 indices": (lambda t: t.int(), TypeError, r"targets: expected int64 class indices .* got torch.int32"),
+    "a list": (lambda t: t.tolist(), TypeError, r"targets: expected a torch.Tensor, got list"),
+    "a column (N, 1)": (lambda t: t[:, None], ValueError, r"targets: expected 1 dimensions, got shape \(4, 1\)"),
+    "one target short": (lambda t: t[:3], ValueError,
+                         r"targets: expected one class index per row of predictions \(4\), got shape \(3,\)"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_TARGETS))
+def test_bad_targets_are_named_in_the_error(no_build, case):
+    make_bad, error, message = BAD_TARGETS[case]
+    x, t = CE.make_inputs((4, 8), seed=0, device="cpu")
+    with pytest.raises(error, match=message):
+        losslab.variant("cross_entropy", "vectorized")(x, make_bad(t))
+
+
+def test_out_of_range_message_names_targets_the_value_and_the_range():
+    message = out_of_range_message(torch.tensor([1, IGNORE_INDEX, 7, -3, 2]), 5)
+    assert message.startswith("targets: class index 7 at position 2 is outside [0, 5)")
+    assert "ignore_index (-100)" in message and "2 target(s) out of range" in message
+
+
+# -- gpu tier ------------------------------------------------------------------
+
+@pytest.mark.gpu
+@requires_gpu
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("bad", [4099, -1, -101, 2**40])
+def test_out_of_range_target_raises_and_cuda_still_works(variant, bad):
+    x, t = CE.make_inputs((257, 4099), seed=0)
+    t[100] = bad
+    op = losslab.variant("cross_entropy", variant)
+    with pytest.raises(ValueError, match=rf"targets: class index {bad} at position 100 is outside \[0, 4099\)"):
+        op(x, t)
+    torch.cuda.synchronize()  # a device-side assert would surface here, and poison what follows
+    t[100] = 5
+    x.requires_grad_(True)
+    loss = op(x, t)
+    loss.backward()
+    torch.testing.assert_close(loss, F.cross_entropy(x.detach(), t), rtol=1e-5, atol=0)
+    assert check.relative_error(x.grad, softmax_minus_onehot(x.detach(), t))[0] <= check.GRAD_RTOL
+
+
+@pytest.mark.gpu
+@requires_gpu
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_kernels_give_nan_not_a_wrong_number_for_an_out_of_range_target(variant):
+    # What the kernels do when the host's check is bypassed: that row is NaN,
+    # nothing is read out of bounds, the other rows are untouched.
+    x, t = CE.make_inputs((33, 1023), seed=0)
+    loss, saved = CE.launch_forward(variant, (x, t))
+    grad = CE.launch_backward(variant, saved, torch.tensor(1.0, device="cuda"))
+    bad = t.clone()
+    bad[7] = 1023
+    out = torch.zeros((), device="cuda")
+    with pytest.raises(ValueError, match="targets: class index 1023 at position 7"):
+        CE.launch_forward(variant, (x, bad), out=out)
+    assert out.isnan()
+    bad_saved = (saved[0], bad, *saved[2:])
+    bad_grad = CE.launch_backward(variant, bad_saved, torch.tensor(1.0, device="cuda"))
+    assert bad_grad[7].isnan().all()
+    others = torch.arange(33, device="cuda") != 7
+    assert torch.equal(bad_grad[others], grad[others])
+    torch.cuda.synchronize()
+
+
+@pytest.mark.gpu
+@requires_gpu
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_ignored_rows_leave_the_sum_and_the_denominator(variant):
+    x, t = CE.make_inputs((257, 4099), seed=1)
+    t[::3] = IGNORE_INDEX
+    x.requires_grad_(True)
+    loss = losslab.variant("cross_entropy", variant)(x, t)
+    loss.backward()
+    loss64, grad64 = CE.reference_float64(x, t)
+    assert check.relative_error(loss, loss64)[0] <= check.LOSS_RTOL
+    assert check.relative_error(x.grad, grad64)[0] <= check.GRAD_RTOL
+    assert (x.grad[::3] == 0).all()
+
+
+@pytest.mark.gpu
+@requires_gpu
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_every_target_ignored_matches_pytorch(variant):
+    x, t = CE.make_inputs((64, 1000), seed=2)
+    t[:] = IGNORE_INDEX
+    mine = x.clone().requires_grad_(True)
+    theirs = x.clone().requires_grad_(True)
+    loss = losslab.variant("cross_entropy", variant)(mine, t)
+    expected = F.cross_entropy(theirs, t)
+    loss.backward()
+    expected.backward()
+    assert loss.shape == () and loss.isnan() and expected.isnan()
+    assert torch.equal(mine.grad, theirs.grad) and (mine.grad == 0).all()
