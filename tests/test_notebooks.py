@@ -10,13 +10,15 @@ import html
 import re
 from pathlib import Path
 
-import nbformat
-import papermill
 import pytest
 import torch
 from matplotlib.figure import Figure
 
-from losslab import problems, report, results, workbook
+REASON = "notebook tests need nbformat and papermill (pip install -r requirements.txt)"
+nbformat = pytest.importorskip("nbformat", reason=REASON)
+papermill = pytest.importorskip("papermill", reason=REASON)
+
+from losslab import problems, report, results, workbook  # noqa: E402 (after the skips)
 from losslab.bench import BenchRow
 from losslab.check import CheckResult
 
