@@ -10,7 +10,7 @@
 #include "../common/xlogy.cuh"
 
 __device__ __forceinline__ float kl_div_term(float p, float t) {
-    return xlogy(t, t) - t * logf(p);
+    return xlogy(t, t) - t * fast_log(p);
 }
 
 // scaled_grad = grad_loss / B, computed once per thread.
