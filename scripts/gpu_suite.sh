@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Everything the GPU machine is for, in one call: build, the compile and gpu test
 # tiers, then the benchmark that records reports/results/<device>.json.
-# Full logs and JSON go to $OUT (default: ./gpu-out); the short tables print last.
+# Full logs and the record go to $OUT (default: ./gpu-out); the short tables print last.
+# BENCH_ARGS adds options to `losslab bench` (e.g. "--dtypes float32,bfloat16 --ncu").
 #   usage: scripts/gpu_suite.sh [problem ...]      (default: every problem)
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu-out}
@@ -13,11 +14,11 @@ problems=("$@")
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/nvidia-smi.txt"
 echo "== pytest: compile and gpu tiers"
-python3 -m pytest -q -rs -m "gpu or compile" -p no:cacheprovider --junitxml "$OUT/pytest.xml" tests > "$OUT/pytest.log" 2>&1
+python3 -m pytest -q -rs -m "gpu or compile" -p no:cacheprovider tests > "$OUT/pytest.log" 2>&1
 tests=$?
 tail -n 25 "$OUT/pytest.log"
 echo "== bench: ${problems[*]}"
-python3 -m losslab bench "${problems[@]}" --json "$OUT/bench" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | grep -v "^  "
+python3 -m losslab bench "${problems[@]}" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | grep -v "^  "
 bench=${PIPESTATUS[0]}
 cp reports/results/*.json "$OUT/" 2>/dev/null
 echo "pytest exit $tests, bench exit $bench"
