@@ -206,20 +206,20 @@ def _child(problem: str, shape: tuple[int, int], variants: list[str], peers: tup
 
     from . import problems
     from .bench import implementations
-    from .check import GRAD_LOSS
 
     spec = problems.get(problem)
     inputs = spec.make_inputs(shape, seed=0, device="cuda")
-    grad_loss = torch.tensor(GRAD_LOSS, device="cuda")
+    grad_loss = torch.tensor(1.0, device="cuda")  # as in training and in bench.py
     labels: list[dict | None] = []
     for name, (kind, fn) in implementations(problem, variants, peers).items():
         predictions = inputs[0].detach().clone().requires_grad_(True)
         others = inputs[1:]
         forward = lambda: fn(predictions.detach(), *others)
-        loss = fn(predictions, *others)
-        backward = lambda: torch.autograd.grad(loss, predictions, grad_loss, retain_graph=True)
-        forward()  # builds, compiles and autotunes outside the profiled range
-        backward()
+        # builds, compiles and autotunes outside the profiled range
+        forward()
+        torch.autograd.grad(fn(predictions, *others), predictions, grad_loss)
+        loss = fn(predictions, *others)  # a fresh graph: fused's backward runs once per forward
+        backward = lambda: torch.autograd.grad(loss, predictions, grad_loss)
         torch.cuda.synchronize()
         torch.cuda.profiler.start()
         for direction, call in (("forward", forward), ("backward", backward)):
