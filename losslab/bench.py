@@ -21,7 +21,7 @@ from . import problems
 from .check import relative_error
 from .variants import variant as get_variant
 
-PEERS = ("eager", "compile")
+PEERS = ("eager", "compile", "liger")  # liger only where Liger-Kernel is importable
 FLUSH_BYTES = 256 * 2**20  # > 4x the 50-60 MB L2 of an H100/H200
 
 
@@ -113,18 +113,41 @@ class BenchRow:
         return asdict(self)
 
 
-def implementations(problem: str, variants: list[str], peers: tuple[str, ...]) -> dict[str, tuple[str, Callable]]:
-    """name -> (kind, callable with the reference's signature)."""
+def implementations(problem: str, variants: list, peers: tuple[str, ...]) -> dict[str, tuple[str, Callable]]:
+    """name -> (kind, callable with the reference's signature). A variant is a rung's name
+    or a callable variant object with a ``name`` (e.g. ``losslab.custom.CustomVariant``)."""
     spec = problems.get(problem)
-    impls = {name: ("variant", get_variant(problem, name)) for name in variants}
+    impls = {}
+    for v in variants:
+        impls[v if isinstance(v, str) else v.name] = ("variant", get_variant(problem, v) if isinstance(v, str) else v)
     if "eager" in peers:
         impls["eager"] = ("peer", spec.reference)
     if "compile" in peers:
         impls["compile"] = ("peer", torch.compile(spec.reference))
+    if "liger" in peers and (liger := liger_peer(problem)) is not None:
+        impls["liger"] = ("peer", liger)
     return impls
 
 
-def bench_problem(problem: str, shape: tuple[int, int] | None = None, variants: list[str] | None = None,
+def liger_peer(problem: str) -> Callable | None:
+    """Liger-Kernel's op for ``problem`` with the reference's signature, or None when
+    Liger-Kernel is not installed (it is optional) or has no such op.
+
+    Its kl_div takes log-probabilities, so the peer includes the ``torch.log`` of the
+    predictions that a caller with probabilities has to pay for.
+    """
+    try:
+        from liger_kernel.transformers.functional import liger_cross_entropy, liger_kl_div
+    except ImportError:
+        return None
+    ops = {
+        "kl_div": lambda p, t: liger_kl_div(torch.log(p), t, reduction="batchmean"),
+        "cross_entropy": lambda x, y: liger_cross_entropy(x, y),
+    }
+    return ops.get(problem)
+
+
+def bench_problem(problem: str, shape: tuple[int, int] | None = None, variants: list | None = None,
                   peers: tuple[str, ...] = PEERS, repeats: int = 20, seed: int = 0,
                   bandwidth: dict[str, float] | None = None, progress: bool = True,
                   dtype: torch.dtype = torch.float32) -> list[BenchRow]:
@@ -135,7 +158,8 @@ def bench_problem(problem: str, shape: tuple[int, int] | None = None, variants: 
     Gradients flow as in training, ``loss.backward()``: grad_loss = 1 (check.py
     covers other values). ``fused`` has no backward row: its backward only
     scales the forward's gradient, and not at all when grad_loss = 1.
-    Variants without kernels for ``dtype`` are left out.
+    Variants without kernels for ``dtype`` are left out. A variant is a rung's name or a
+    variant object (see ``implementations``); an empty list times the peers only.
 
     Args:
         shape: (rows, columns); default the problem's seed size.
@@ -147,7 +171,8 @@ def bench_problem(problem: str, shape: tuple[int, int] | None = None, variants: 
 
     spec = problems.get(problem)
     shape = tuple(shape or spec.sizes["seed"])
-    variants = [v for v in (variants or spec.variants) if dtype in spec.dtypes(v)]
+    variants = [v for v in (spec.variants if variants is None else variants)
+                if dtype in (spec.dtypes(v) if isinstance(v, str) else v.dtypes)]
     bandwidth = bandwidth or measure_bandwidth()
     inputs = spec.make_inputs(shape, seed=seed, device="cuda", dtype=dtype)
     loss64, grad64 = spec.reference_float64(*inputs)
@@ -157,7 +182,9 @@ def bench_problem(problem: str, shape: tuple[int, int] | None = None, variants: 
     for name, (kind, fn) in implementations(problem, variants, peers).items():
         if progress:
             print(f"  timing {problem} {name} at {shape[0]}x{shape[1]} ...", file=sys.stderr, flush=True)
-        predictions = inputs[0].detach().requires_grad_(True)
+        # A copy per implementation: Liger-Kernel's cross_entropy writes the gradient
+        # into its input (their issue #272), which would corrupt the others' inputs.
+        predictions = inputs[0].detach().clone().requires_grad_(True)
         others = inputs[1:]
         graph = {}
 
@@ -173,9 +200,15 @@ def bench_problem(problem: str, shape: tuple[int, int] | None = None, variants: 
         def forward_backward():
             return torch.autograd.grad(fn(predictions, *others), predictions, grad_loss)
 
-        make_graph()
-        errors = {"forward": relative_error(forward(), loss64)[0],
-                  "backward": relative_error(backward()[0], grad64)[0]}
+        try:
+            errors = {"forward": relative_error(forward(), loss64)[0]}  # before any in-place gradient
+            make_graph()
+            errors["backward"] = relative_error(backward()[0], grad64)[0]
+        except Exception as err:  # an optional peer that fails here is left out, not fatal
+            if kind == "variant":
+                raise
+            print(f"  {name} left out: {type(err).__name__}: {err}", file=sys.stderr, flush=True)
+            continue
         errors["forward_backward"] = errors["backward"]
         for direction, call, setup in (("forward", forward, None), ("backward", backward, make_graph),
                                        ("forward_backward", forward_backward, None)):
