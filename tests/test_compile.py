@@ -11,6 +11,7 @@ SASS_SIGNS = {
     "shared_memory": ({"BAR.SYNC", "STS", "LDS"}, {"SHFL", "LDG.E.128"}),
     "warp_shuffle": ({"SHFL.BFLY"}, {"LDG.E.128"}),
     "vectorized": ({"LDG.E.128", "SHFL.BFLY"}, set()),
+    "fused": ({"LDG.E.128", "STG.E.128"}, set()),
 }
 SOURCES = [(p, s) for p in problems.names() for s in sorted((build.KERNELS / p).glob("*.cu"))]
 SOURCES += [("common", s) for s in sorted((build.KERNELS / "common").glob("*.cu"))]

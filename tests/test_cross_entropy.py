@@ -2,8 +2,9 @@
 
 The generic tests (test_problems.py, test_compile.py, test_variants_gpu.py) cover
 every problem; these cover what is particular to cross-entropy: ignore_index,
-the all-ignored NaN, the out-of-range target error, and the precision argument
-for keeping each row's log-sum-exp as (max, log(sum)).
+the all-ignored NaN, the out-of-range target error, the precision argument
+for keeping each row's log-sum-exp as (max, log(sum)), and the fused rung's
+gradient written by its forward.
 """
 import pytest
 import torch
@@ -15,6 +16,7 @@ from losslab.problems.cross_entropy import IGNORE_INDEX, out_of_range_message
 
 CE = problems.get("cross_entropy")
 VARIANTS = CE.variants
+HALF = (torch.bfloat16, torch.float16)
 # conftest.py skips the gpu tier without a GPU; the skipif keeps these tests safe
 # when this file is run on its own.
 requires_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="gpu tier: no CUDA GPU visible")
@@ -111,6 +113,24 @@ def test_misaligned_edge_case_really_is_misaligned():
     assert x.is_contiguous() and x.storage_offset() % 4 != 0
 
 
+def test_the_ladder_ends_with_fused():
+    assert VARIANTS == ("naive", "shared_memory", "warp_shuffle", "vectorized", "fused")
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_16_bit_logits_only_for_the_typed_rungs(variant):
+    typed = variant in ("vectorized", "fused")
+    assert CE.dtypes(variant) == ((torch.float32, *HALF) if typed else (torch.float32,))
+
+
+def test_cost_model_scales_with_the_element_size():
+    shape = CE.sizes["seed"]
+    n = shape[0] * shape[1]
+    full, half = CE.cost(shape, "forward_backward"), CE.cost(shape, "forward_backward", torch.bfloat16)
+    # logits read, gradient written, grad_loss read and loss written: 2 bytes each, not 4
+    assert full.bytes - half.bytes == (2 * n + 2) * (4 - 2)
+
+
 # -- cpu tier: bad input is refused on the host, before any build or launch ---
 
 @pytest.fixture
@@ -147,6 +167,14 @@ def test_bad_targets_are_named_in_the_error(no_build, case):
         losslab.variant("cross_entropy", "vectorized")(x, make_bad(t))
 
 
+@pytest.mark.parametrize("variant", ["naive", "shared_memory", "warp_shuffle"])
+def test_16_bit_logits_are_refused_by_the_float_rungs(no_build, variant):
+    x, t = CE.make_inputs((4, 8), seed=0, device="cpu", dtype=torch.bfloat16)
+    with pytest.raises(TypeError, match=rf"predictions: cross_entropy {variant} takes dtype torch.float32, "
+                                        r"got torch.bfloat16"):
+        losslab.variant("cross_entropy", variant)(x, t)
+
+
 def test_out_of_range_message_names_targets_the_value_and_the_range():
     message = out_of_range_message(torch.tensor([1, IGNORE_INDEX, 7, -3, 2]), 5)
     assert message.startswith("targets: class index 7 at position 2 is outside [0, 5)")
@@ -176,7 +204,7 @@ def test_out_of_range_target_raises_and_cuda_still_works(variant, bad):
 
 @pytest.mark.gpu
 @requires_gpu
-@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("variant", [v for v in VARIANTS if v != "fused"])
 def test_kernels_give_nan_not_a_wrong_number_for_an_out_of_range_target(variant):
     # What the kernels do when the host's check is bypassed: that row is NaN,
     # nothing is read out of bounds, the other rows are untouched.
@@ -226,3 +254,109 @@ def test_every_target_ignored_matches_pytorch(variant):
     expected.backward()
     assert loss.shape == () and loss.isnan() and expected.isnan()
     assert torch.equal(mine.grad, theirs.grad) and (mine.grad == 0).all()
+
+
+# -- gpu tier: the fused rung ----------------------------------------------------
+
+def run_fused(x, t, grad_loss=None):
+    """Loss and gradient through autograd with the fused rung (a fresh leaf each call)."""
+    leaf = x.detach().clone().requires_grad_(True)
+    loss = losslab.variant("cross_entropy", "fused")(leaf, t)
+    loss.backward(grad_loss)
+    return loss.detach(), leaf.grad
+
+
+def run_vectorized(x, t, grad_loss=None):
+    leaf = x.detach().clone().requires_grad_(True)
+    loss = losslab.variant("cross_entropy", "vectorized")(leaf, t)
+    loss.backward(grad_loss)
+    return loss.detach(), leaf.grad
+
+
+@pytest.mark.gpu
+@requires_gpu
+@pytest.mark.parametrize("dtype", [torch.float32, *HALF])
+@pytest.mark.parametrize("shape", [(257, 4099), (64, 4096), (3, 9000), (5, 1)])
+def test_fused_gradient_equals_vectorized(shape, dtype):
+    # (3, 9000) is longer than one register tile, so the gradient re-reads all but the last tile
+    x, t = CE.make_inputs(shape, seed=3, dtype=dtype)
+    t[::5] = IGNORE_INDEX
+    fused_loss, fused_grad = run_fused(x, t)
+    loss, grad = run_vectorized(x, t)
+    assert fused_grad.dtype == dtype and fused_loss.dtype == dtype
+    # the same formula; only the order of the row's sum differs (a few fp32 ulps), then
+    # each output is rounded to the dtype
+    tolerance = {torch.float32: 1e-6, torch.bfloat16: 8e-3, torch.float16: 1e-3}[dtype]
+    torch.testing.assert_close(fused_grad, grad, rtol=tolerance, atol=tolerance * grad.abs().max().item())
+    torch.testing.assert_close(fused_loss, loss, rtol=tolerance, atol=0)
+    assert (fused_grad[::5] == 0).all()
+
+
+@pytest.mark.gpu
+@requires_gpu
+@pytest.mark.parametrize("grad_loss", [0.75, -2.0, 0.0])
+def test_fused_backward_scales_by_grad_loss(grad_loss):
+    x, t = CE.make_inputs((129, 1000), seed=4)
+    _, unit = run_fused(x, t)
+    _, scaled = run_fused(x, t, torch.tensor(grad_loss, device="cuda"))
+    assert torch.equal(scaled, unit * grad_loss)  # one fp32 multiply, as the scale kernel does
+    _, grad64 = CE.reference_float64(x, t)
+    assert check.relative_error(scaled, grad64 * grad_loss)[0] <= check.GRAD_RTOL
+
+
+@pytest.mark.gpu
+@requires_gpu
+def test_fused_with_every_target_ignored_gives_nan_loss_and_zero_gradient():
+    x, t = CE.make_inputs((64, 1000), seed=5)
+    loss, grad = run_fused(x, torch.full_like(t, IGNORE_INDEX))
+    assert loss.isnan() and (grad == 0).all()
+
+
+@pytest.mark.gpu
+@requires_gpu
+def test_fused_never_writes_into_the_logits():
+    # Liger-Kernel's in-place gradient corrupted tensors saved for backward (their issue #272)
+    x, t = CE.make_inputs((33, 1023), seed=6)
+    before = x.clone()
+    leaf = x.requires_grad_(True)
+    losslab.variant("cross_entropy", "fused")(leaf, t).backward(torch.tensor(0.5, device="cuda"))
+    assert torch.equal(leaf.detach(), before)
+    assert leaf.grad.data_ptr() != leaf.data_ptr()
+
+
+@pytest.mark.gpu
+@requires_gpu
+def test_fused_inference_writes_no_gradient():
+    x, t = CE.make_inputs((1024, 4096), seed=7)
+    fused = losslab.variant("cross_entropy", "fused")
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    with torch.no_grad():
+        loss = fused(x.requires_grad_(True), t)
+    assert torch.cuda.max_memory_allocated() - before < x.numel() * 4  # no gradient buffer
+    torch.testing.assert_close(loss, F.cross_entropy(x.detach(), t), rtol=1e-5, atol=0)
+
+
+@pytest.mark.gpu
+@requires_gpu
+@pytest.mark.parametrize("bad", [4099, -1])
+def test_fused_out_of_range_target_raises_writes_nan_and_cuda_still_works(bad):
+    x, t = CE.make_inputs((257, 4099), seed=8)
+    ignored = t.clone()
+    ignored[100] = IGNORE_INDEX  # the same n_valid as with the bad target, which is not valid either
+    good_grad = torch.empty_like(x)
+    CE.launch_forward("fused", (x, ignored), needs_grad=True, grad_out=good_grad)
+    bad_t = t.clone()
+    bad_t[100] = bad
+    out = torch.zeros((), device="cuda")
+    grad = torch.zeros_like(x)
+    with pytest.raises(ValueError, match=rf"targets: class index {bad} at position 100 is outside \[0, 4099\)"):
+        CE.launch_forward("fused", (x, bad_t), out=out, needs_grad=True, grad_out=grad)
+    torch.cuda.synchronize()  # a device-side assert would surface here
+    assert out.isnan() and grad[100].isnan().all()
+    others = torch.arange(257, device="cuda") != 100
+    assert torch.equal(grad[others], good_grad[others])
+    loss, fused_grad = run_fused(x, t)
+    torch.testing.assert_close(loss, F.cross_entropy(x, t), rtol=1e-5, atol=0)
+    assert check.relative_error(fused_grad, softmax_minus_onehot(x, t))[0] <= check.GRAD_RTOL

@@ -14,6 +14,7 @@
 #include <float.h>
 #include <math.h>
 #include "../common/reduce.cuh"
+#include "../common/vector_load.cuh"  // to_float: the typed rungs read 16-bit logits
 
 constexpr int64_t IGNORE_INDEX = -100;
 
@@ -39,8 +40,17 @@ __device__ __forceinline__ void lse_add(LogSumExp& acc, float x) {
     acc.sum += expf(x - acc.max);
 }
 
-// Combine every thread's (max, sum) into the row's, with warp shuffles: the
-// block's max first, then each sum rescaled to it. Every thread gets the result.
+// Combine the 32 lanes' (max, sum) into the warp's: the max first, then each
+// sum rescaled to it. Every lane gets the result; no shared memory, no barrier.
+__device__ __forceinline__ LogSumExp warp_reduce_logsumexp(LogSumExp acc) {
+    LogSumExp warp;
+    warp.max = warp_reduce_max(acc.max);
+    warp.sum = warp_reduce_sum(acc.sum * expf(acc.max - warp.max));
+    return warp;
+}
+
+// The same over the whole block, with warp shuffles and one shared slot per
+// warp. Every thread gets the result.
 __device__ __forceinline__ LogSumExp block_reduce_logsumexp(LogSumExp acc) {
     LogSumExp row;
     row.max = block_reduce_max(acc.max);
@@ -52,20 +62,28 @@ __device__ __forceinline__ bool target_in_range(int64_t target, int64_t C) {
     return target >= 0 && target < C;
 }
 
-// The forward's per-row results. An ignored row's loss is 0 (the second stage
-// also leaves it out of the count). A target outside [0, C) gives NaN and is
-// never used as an index, so a launch that skipped the host's range check
-// still reads nothing out of bounds.
-__device__ __forceinline__ void store_row(const float* x,         // (C,) this row's logits
+// One row's loss, logsumexp(x) - x[target] with logsumexp = max + log_sum.
+// An ignored row's loss is 0 (the mean leaves it out of the count too). A
+// target outside [0, C) gives NaN and is never used as an index, so a launch
+// that skipped the host's range check still reads nothing out of bounds.
+template <typename T>
+__device__ __forceinline__ float row_loss(const T* x,  // (C,) this row's logits
+                                          int64_t target, int64_t C, float max, float log_sum) {
+    if (target == IGNORE_INDEX) return 0.0f;
+    if (!target_in_range(target, C)) return NAN;
+    return (max - to_float(x[target])) + log_sum;
+}
+
+// The forward's per-row results: the loss, and the two parts of the row's
+// log-sum-exp that the backward needs.
+template <typename T>
+__device__ __forceinline__ void store_row(const T* x,          // (C,) this row's logits
                                           int64_t target, int64_t C, LogSumExp lse, int64_t row,
-                                          float* row_losses,      // (N,)
-                                          float* row_max,         // (N,)
-                                          float* row_log_sum) {   // (N,)
+                                          float* row_losses,   // (N,)
+                                          float* row_max,      // (N,)
+                                          float* row_log_sum) {  // (N,)
     const float log_sum = logf(lse.sum);
-    float loss = NAN;
-    if (target == IGNORE_INDEX) loss = 0.0f;
-    else if (target_in_range(target, C)) loss = (lse.max - x[target]) + log_sum;
-    row_losses[row] = loss;
+    row_losses[row] = row_loss(x, target, C, lse.max, log_sum);
     row_max[row] = lse.max;
     row_log_sum[row] = log_sum;
 }

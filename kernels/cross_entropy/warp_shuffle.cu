@@ -23,14 +23,14 @@ cross_entropy_warp_shuffle_forward_kernel(const float* __restrict__ logits,     
 }
 
 cudaError_t cross_entropy_warp_shuffle_forward(const float* logits, const int64_t* targets,
-                                               float* row_losses, float* row_max,
-                                               float* row_log_sum, float* loss, int64_t* counts,
-                                               int64_t N, int64_t C, cudaStream_t stream) {
+                                               const int64_t* counts, float* row_losses, float* row_max,
+                                               float* row_log_sum, float* loss, int64_t N, int64_t C,
+                                               cudaStream_t stream) {
     cross_entropy_warp_shuffle_forward_kernel<<<N, THREADS, 0, stream>>>(
         logits, targets, row_losses, row_max, row_log_sum, C);
     cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return err;
-    return cross_entropy_valid_mean(row_losses, targets, loss, counts, N, C, stream);
+    return cross_entropy_valid_mean(row_losses, counts, loss, N, stream);
 }
 
 // The backward has nothing to reduce, so shuffles change nothing there: it is

@@ -11,10 +11,13 @@ error (ValueError), never a device-side assert and never a wrong number.
 
 The forward keeps O(N) floats for the backward: each row's log-sum-exp, as its
 max and the log of sum(exp(x - max)) (kept apart so that x - logsumexp loses
-no precision when the logits are large), never the (N, C) softmax.
+no precision when the logits are large), never the (N, C) softmax. The
+``fused`` rung, when a gradient will be needed, instead writes the gradient in
+its forward (one read of the logits) and keeps only that.
 """
 from __future__ import annotations
 
+import functools
 from typing import Sequence
 
 import torch
@@ -22,10 +25,11 @@ import torch.nn.functional as F
 
 from .. import build
 from ..validation import require_cuda, require_tensor
-from . import Cost, Problem
+from . import LADDER, Cost, Problem
 
-DTYPES = (torch.float32,)                               # what every rung has kernels for
 KNOWN_DTYPES = (torch.float32, torch.bfloat16, torch.float16)  # what validate lets through to check_dtype
+# Rungs with templated kernels take 16-bit logits (math in fp32); the teaching rungs float32 only.
+TYPED = ("vectorized", "fused")
 IGNORE_INDEX = -100  # F.cross_entropy's default; kernels/cross_entropy/cross_entropy.cuh agrees
 INDEX_BYTES = 8      # int64 targets
 
@@ -47,9 +51,32 @@ def out_of_range_message(targets: torch.Tensor, num_classes: int) -> str:
             f"{len(positions)} target(s) out of range")
 
 
+@functools.cache
+def _copy_stream(device: torch.device) -> torch.cuda.Stream:
+    """A side stream per device for copying the target counts to the host."""
+    return torch.cuda.Stream(device)
+
+
+def _counts_to_host(counts: torch.Tensor, counted: torch.cuda.Event) -> tuple[torch.Tensor, torch.cuda.Event]:
+    """Start copying ``counts`` into pinned host memory once ``counted`` has fired.
+
+    The copy runs on a side stream, so the kernels enqueued on the main stream
+    never wait for it. Returns the host tensor and an event recorded after the
+    copy: synchronize on it before reading the tensor.
+    """
+    side = _copy_stream(counts.device)
+    side.wait_event(counted)
+    counts.record_stream(side)  # its memory is not reused before the copy has read it
+    host = torch.empty(counts.shape, dtype=counts.dtype, pin_memory=True)
+    with torch.cuda.stream(side):
+        host.copy_(counts, non_blocking=True)
+    return host, side.record_event()
+
+
 class CrossEntropy(Problem):
     name = "cross_entropy"
     input_names = ("predictions", "targets")
+    variants = (*LADDER, "fused")
     sizes = {
         "seed": (32768, 4096),  # DESIGN.md's size: 512 MiB of logits
         "small": (128, 4096),
@@ -69,6 +96,9 @@ class CrossEntropy(Problem):
         predictions = torch.rand(rows, cols, generator=gen, device=device)
         targets = torch.randint(0, cols, (rows,), generator=gen, device=device, dtype=torch.int64)
         return predictions.to(dtype), targets
+
+    def dtypes(self, variant):
+        return KNOWN_DTYPES if variant in TYPED else (torch.float32,)
 
     def validate(self, predictions, targets) -> None:
         """Check types, dtypes, devices and shapes on the host, before any launch.
@@ -161,24 +191,28 @@ class CrossEntropy(Problem):
         """Run ``variant``'s forward kernels on validated inputs.
 
         Args:
-            inputs: predictions (N, C) float32 and targets (N,) int64 on one CUDA
-                device, any strides (made contiguous here).
-            out: optional 0-d float32 tensor on that device to write the loss into.
-            needs_grad, grad_out: for a fused rung, which cross_entropy does not have
-                yet; every rung here runs the same forward either way.
-        Returns the 0-d loss and the tensors the backward needs: predictions and
-        targets (contiguous), row_max and row_log_sum (N,) float32, and counts (2,)
-        int64 = (n_valid, number of out-of-range targets).
+            inputs: predictions (N, C) and targets (N,) int64 on one CUDA device,
+                any strides (made contiguous here); predictions in a dtype
+                ``dtypes(variant)`` lists.
+            out: optional 0-d tensor of the predictions' dtype to write the loss into.
+            needs_grad: a backward will follow. ``fused`` then writes the gradient
+                for grad_loss = 1 in this pass (into ``grad_out`` if given, an
+                (N, C) tensor like predictions); without it, ``fused`` runs the
+                vectorized forward and writes no gradient. Other rungs ignore it.
+        Returns the 0-d loss (the predictions' dtype) and the tensors the backward
+        needs: for ``fused`` with needs_grad, the gradient alone; otherwise
+        predictions and targets (contiguous), row_max and row_log_sum (N,)
+        float32, and counts (2,) int64 = (n_valid, number of out-of-range targets).
 
         Raises:
             ValueError: a target outside [0, C) that is not ignore_index (-100).
-                The second-stage kernel counts such targets while it adds up the
-                rows, so the check costs no extra kernel and no extra pass, but one
-                host synchronization per forward: this call returns only after the
-                kernels finish (not asynchronously), and the host's wake-up and
-                return, roughly 10-20 us, show up in CUDA-event timings. The kernels
-                never index with a bad target (its row's loss and gradient are NaN),
-                so the process's CUDA context stays usable.
+                A one-block kernel counts such targets before the row kernels,
+                its two counts travel to pinned host memory on a side stream
+                while the row kernels run, and the host waits only for that
+                copy, after it has enqueued every kernel: the GPU never idles on
+                the check (the counting kernel itself takes a few microseconds). The kernels
+                never index with a bad target (its row's loss and gradient are
+                NaN, and ``out`` is written), so the CUDA context stays usable.
         """
         self.check_variant_name(variant)
         predictions, targets = (x.contiguous() for x in inputs)
@@ -186,15 +220,41 @@ class CrossEntropy(Problem):
         device = predictions.device
         row_losses, row_max, row_log_sum = torch.empty(3, rows, device=device, dtype=torch.float32)
         counts = torch.empty(2, device=device, dtype=torch.int64)
-        loss = torch.empty((), device=device, dtype=torch.float32) if out is None else out
-        launcher = getattr(build.load_extension(self.name), f"{variant}_forward")
+        # the kernels accumulate and write the loss in fp32; it is returned in the predictions' dtype
+        loss = out if out is not None and out.dtype == torch.float32 else torch.empty((), device=device,
+                                                                                       dtype=torch.float32)
+        fused = variant == "fused" and needs_grad
+        if fused:
+            grad = torch.empty_like(predictions) if grad_out is None else grad_out
+        ext = build.load_extension(self.name)
+        dtype = build.dtype_code(predictions.dtype)
         with torch.cuda.device(device):  # launch on the inputs' device, not the current one
-            launcher(predictions.data_ptr(), targets.data_ptr(), row_losses.data_ptr(), row_max.data_ptr(),
-                     row_log_sum.data_ptr(), loss.data_ptr(), counts.data_ptr(), rows, cols,
-                     torch.cuda.current_stream(device).cuda_stream)
-        if int(counts[1]) > 0:  # the one host synchronization
+            stream = torch.cuda.current_stream(device)
+            ext.count_targets(targets.data_ptr(), counts.data_ptr(), rows, cols, stream.cuda_stream)
+            counted = stream.record_event()
+            head = (predictions.data_ptr(), targets.data_ptr(), counts.data_ptr())
+            if fused:
+                ext.fused_forward(*head, row_losses.data_ptr(), loss.data_ptr(), grad.data_ptr(), rows, cols,
+                                  dtype, stream.cuda_stream)
+                saved = (grad,)
+            else:
+                pointers = (*head, row_losses.data_ptr(), row_max.data_ptr(), row_log_sum.data_ptr(),
+                            loss.data_ptr())
+                if variant in TYPED:  # inference with fused: the vectorized forward, no gradient written
+                    ext.vectorized_forward(*pointers, rows, cols, dtype, stream.cuda_stream)
+                else:
+                    getattr(ext, f"{variant}_forward")(*pointers, rows, cols, stream.cuda_stream)
+                saved = (predictions, targets, row_max, row_log_sum, counts)
+            # enqueued after the row kernels, so that the host's bookkeeping for the
+            # copy does not delay their launch
+            host_counts, copied = _counts_to_host(counts, counted)
+        result = loss.to(predictions.dtype) if out is None else out
+        if out is not None and out is not loss:
+            out.copy_(loss)
+        copied.synchronize()  # the counts only: the row kernels may still be running
+        if int(host_counts[1]) > 0:
             raise ValueError(out_of_range_message(targets, cols))
-        return loss, (predictions, targets, row_max, row_log_sum, counts)
+        return result, saved
 
     def launch_backward(self, variant, saved, grad_loss, out=None):
         """Run ``variant``'s backward kernels.
@@ -202,19 +262,33 @@ class CrossEntropy(Problem):
         Args:
             saved: the tensors ``launch_forward`` returned for the backward.
             grad_loss: the 0-d upstream gradient.
-            out: optional contiguous (N, C) float32 tensor to write the gradient into.
-        Returns dloss/dpredictions, (N, C) float32: zero on ignored rows.
+            out: optional contiguous (N, C) tensor like predictions to write the gradient into.
+        Returns dloss/dpredictions, (N, C) in the predictions' dtype: zero on ignored rows.
+        For ``fused`` that is the forward's gradient buffer (or ``out``), scaled
+        in place by grad_loss, with no work at all when grad_loss is 1.
         """
         self.check_variant_name(variant)
-        predictions, targets, row_max, row_log_sum, counts = saved
-        rows, cols = predictions.shape
-        grad_loss = grad_loss.to(device=predictions.device, dtype=torch.float32).contiguous()
-        grad = torch.empty_like(predictions) if out is None else out
-        launcher = getattr(build.load_extension(self.name), f"{variant}_backward")
-        with torch.cuda.device(predictions.device):
-            launcher(predictions.data_ptr(), targets.data_ptr(), row_max.data_ptr(), row_log_sum.data_ptr(),
-                     counts.data_ptr(), grad_loss.data_ptr(), grad.data_ptr(), rows, cols,
-                     torch.cuda.current_stream(predictions.device).cuda_stream)
+        ext = build.load_extension(self.name)
+        device = saved[0].device
+        grad_loss = grad_loss.to(device=device, dtype=torch.float32).contiguous()
+        with torch.cuda.device(device):
+            stream = torch.cuda.current_stream(device).cuda_stream
+            if variant == "fused":
+                (grad,) = saved  # written by the forward for grad_loss = 1; scaled in place here
+                if out is not None and out.data_ptr() != grad.data_ptr():
+                    grad = out.copy_(grad)
+                ext.fused_backward(grad.data_ptr(), grad_loss.data_ptr(), grad.numel(),
+                                   build.dtype_code(grad.dtype), stream)
+                return grad
+            predictions, targets, row_max, row_log_sum, counts = saved
+            rows, cols = predictions.shape
+            grad = torch.empty_like(predictions) if out is None else out
+            pointers = (predictions.data_ptr(), targets.data_ptr(), row_max.data_ptr(), row_log_sum.data_ptr(),
+                        counts.data_ptr(), grad_loss.data_ptr(), grad.data_ptr())
+            if variant in TYPED:
+                ext.vectorized_backward(*pointers, rows, cols, build.dtype_code(predictions.dtype), stream)
+            else:
+                getattr(ext, f"{variant}_backward")(*pointers, rows, cols, stream)
         return grad
 
 

@@ -1,0 +1,158 @@
+// fused: one pass for training. A block holds its row of logits in registers
+// and writes the loss and dL/dx = (softmax - onehot) / n_valid (for grad_loss = 1)
+// from them, where vectorized's backward read the logits from DRAM a second time:
+// two passes over (N, C) instead of three. The backward only scales by grad_loss,
+// and not at all when it is 1 (loss.backward()).
+#include <algorithm>
+#include "cross_entropy.cuh"
+#include "launchers.h"
+#include "row_packs.cuh"
+#include "../common/dispatch.cuh"
+
+constexpr int THREADS = 128;  // one block per row
+constexpr int WARPS = THREADS / 32;
+// Packs per thread held in registers: a tile of THREADS * TILE packs, 4096
+// floats or 8192 16-bit values, is a whole row at the seed size. Longer rows
+// go tile by tile and re-read all but their last tile for the gradient (from
+// L2 while the row is recent, else from DRAM).
+constexpr int TILE = 8;
+constexpr int64_t TILE_PACKS = int64_t(THREADS) * TILE;
+constexpr int SCALE_THREADS = 256;
+
+// This thread's packs of the tile whose first pack (for thread 0) is `start`;
+// those past the row's end are skipped, not loaded.
+template <typename T>
+__device__ __forceinline__ void load_tile(Pack<T> (&tile)[TILE], const T* xv, int64_t start, int64_t packs) {
+#pragma unroll
+    for (int u = 0; u < TILE; ++u) {
+        const int64_t k = start + threadIdx.x + u * THREADS;
+        if (k < packs) tile[u] = load_pack(xv + Pack<T>::size * k);
+    }
+}
+
+// Combine the threads' (max, sum) into the row's: shuffles within each warp,
+// then one shared slot per warp and a single barrier. Called once per block,
+// so the slots are never overwritten while another warp still reads them.
+__device__ __forceinline__ LogSumExp block_reduce_logsumexp_once(LogSumExp acc) {
+    __shared__ float warp_max[WARPS], warp_sum[WARPS];
+    acc = warp_reduce_logsumexp(acc);
+    if (threadIdx.x % 32 == 0) {
+        warp_max[threadIdx.x / 32] = acc.max;
+        warp_sum[threadIdx.x / 32] = acc.sum;
+    }
+    __syncthreads();
+    LogSumExp row;
+#pragma unroll
+    for (int w = 0; w < WARPS; ++w) row.max = fmaxf(row.max, warp_max[w]);
+#pragma unroll
+    for (int w = 0; w < WARPS; ++w) row.sum += warp_sum[w] * expf(warp_max[w] - row.max);
+    return row;
+}
+
+// At most 64 registers a thread, so 8 rows (8 x 16 KiB) are in flight per SM.
+template <typename T>
+__global__ void __launch_bounds__(THREADS, 8)
+cross_entropy_fused_forward_kernel(const T* __restrict__ logits,         // (N, C)
+                                   const int64_t* __restrict__ targets,  // (N,)
+                                   const int64_t* __restrict__ counts,   // (2,) n_valid first
+                                   float* __restrict__ row_losses,       // (N,)
+                                   T* __restrict__ grad_logits,          // (N, C), for grad_loss = 1
+                                   int64_t C) {
+    constexpr int V = Pack<T>::size;
+    const int64_t row = blockIdx.x;
+    const T* x = logits + row * C;
+    T* g = grad_logits + row * C;
+    const RowSplit split = split_row(x, g, C);
+    const T* xv = x + split.head;
+    T* gv = g + split.head;
+    const int64_t tail = split.head + V * split.packs;
+    const int64_t last_tile = (split.packs + TILE_PACKS - 1) / TILE_PACKS - 1;
+    const int64_t target = targets[row];  // read early: the loads overlap pass 1
+    const float scale = row_grad_scale(target, C, 1.0f / float(counts[0]));
+
+    // Pass 1: the row's log-sum-exp, one tile at a time; the scalar head and tail first.
+    LogSumExp lse;
+    for (int64_t j = threadIdx.x; j < split.head; j += THREADS) lse_add(lse, to_float(x[j]));
+    for (int64_t j = tail + threadIdx.x; j < C; j += THREADS) lse_add(lse, to_float(x[j]));
+    Pack<T> tile[TILE];
+    for (int64_t t = 0; t <= last_tile; ++t) {
+        load_tile(tile, xv, t * TILE_PACKS, split.packs);
+        float m = -FLT_MAX;
+#pragma unroll
+        for (int u = 0; u < TILE; ++u)
+            if (t * TILE_PACKS + threadIdx.x + u * THREADS < split.packs) m = fmaxf(m, pack_max(tile[u]));
+        lse_raise_max(lse, m);
+#pragma unroll
+        for (int u = 0; u < TILE; ++u)
+            if (t * TILE_PACKS + threadIdx.x + u * THREADS < split.packs) lse.sum += pack_sum_exp(tile[u], lse.max);
+    }
+    lse = block_reduce_logsumexp_once(lse);
+    const float log_sum = logf(lse.sum);
+    if (threadIdx.x == 0) row_losses[row] = row_loss(x, target, C, lse.max, log_sum);
+
+    // Pass 2: the gradient, tiles in reverse order, so the tile still in
+    // registers (the last) is used first and the others are re-read newest first.
+    for (int64_t t = last_tile; t >= 0; --t) {
+        if (t != last_tile) load_tile(tile, xv, t * TILE_PACKS, split.packs);
+#pragma unroll
+        for (int u = 0; u < TILE; ++u) {
+            const int64_t k = t * TILE_PACKS + threadIdx.x + u * THREADS;
+            if (k < split.packs)
+                store_pack(gv + V * k, grad_pack(tile[u], split.head + V * k, target, lse.max, log_sum, scale));
+        }
+    }
+    for (int64_t j = threadIdx.x; j < split.head; j += THREADS)
+        g[j] = from_float<T>(cross_entropy_grad(to_float(x[j]), j, target, lse.max, log_sum, scale));
+    for (int64_t j = tail + threadIdx.x; j < C; j += THREADS)
+        g[j] = from_float<T>(cross_entropy_grad(to_float(x[j]), j, target, lse.max, log_sum, scale));
+}
+
+// grad *= grad_loss, in place. Every thread reads grad_loss first: when it is
+// exactly 1 the forward's gradient is already final and no byte is moved.
+template <typename T>
+__global__ void __launch_bounds__(SCALE_THREADS)
+cross_entropy_fused_scale_kernel(T* __restrict__ grad_logits,         // (n,)
+                                 const float* __restrict__ grad_loss,  // ()
+                                 int64_t n) {
+    constexpr int V = Pack<T>::size;
+    const float scale = *grad_loss;
+    if (scale == 1.0f) return;
+    const int64_t stride = int64_t(gridDim.x) * SCALE_THREADS;
+    const int64_t first = blockIdx.x * int64_t(SCALE_THREADS) + threadIdx.x;
+    // packs where the buffer allows them (a buffer the forward allocated always does)
+    const int64_t packs = is_aligned_16(grad_logits) ? n / V : 0;
+    for (int64_t i = first; i < packs; i += stride) {
+        Pack<T> g = load_pack(grad_logits + V * i);
+#pragma unroll
+        for (int k = 0; k < V; ++k) g.set(k, g[k] * scale);
+        store_pack(grad_logits + V * i, g);
+    }
+    for (int64_t i = packs * V + first; i < n; i += stride)
+        grad_logits[i] = from_float<T>(to_float(grad_logits[i]) * scale);
+}
+
+cudaError_t cross_entropy_fused_forward(const void* logits, const int64_t* targets, const int64_t* counts,
+                                        float* row_losses, float* loss, void* grad_logits, int64_t N,
+                                        int64_t C, DType dtype, cudaStream_t stream) {
+    cudaError_t err = dispatch_dtype(dtype, [&](auto tag) {
+        using T = decltype(tag);
+        cross_entropy_fused_forward_kernel<T><<<N, THREADS, 0, stream>>>(
+            static_cast<const T*>(logits), targets, counts, row_losses, static_cast<T*>(grad_logits), C);
+        return cudaGetLastError();
+    });
+    if (err != cudaSuccess) return err;
+    return cross_entropy_valid_mean(row_losses, counts, loss, N, stream);
+}
+
+cudaError_t cross_entropy_fused_backward(void* grad_logits, const float* grad_loss, int64_t n, DType dtype,
+                                         cudaStream_t stream) {
+    return dispatch_dtype(dtype, [&](auto tag) {
+        using T = decltype(tag);
+        // about one wave of blocks (grid-stride): enough to stream the buffer when
+        // grad_loss != 1, and few to retire when it is 1 and every thread leaves at once
+        const int64_t blocks = std::min<int64_t>((n / Pack<T>::size + SCALE_THREADS) / SCALE_THREADS, 1024);
+        cross_entropy_fused_scale_kernel<T><<<blocks, SCALE_THREADS, 0, stream>>>(
+            static_cast<T*>(grad_logits), grad_loss, n);
+        return cudaGetLastError();
+    });
+}
