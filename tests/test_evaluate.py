@@ -1,0 +1,291 @@
+"""Evaluating and exporting single-file KernelBench solutions (losslab.evaluate, losslab.export).
+
+cpu tier: verdicts from fixture child JSON, the export's text and reference, the CLI, and
+the child process end to end in its CPU dry run on Python-only solutions (each failure kind);
+compile tier: an exported solution builds with load_inline, a broken one gives compile_error;
+gpu tier: exported solutions pass the full protocol, broken ones give the right verdict, and
+the caller's CUDA context survives them.
+"""
+import ast
+import importlib.util
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from losslab import build, problems
+from losslab.__main__ import main
+from losslab.evaluate import STATUSES, Verdict, evaluate
+from losslab.export import ExportError, cuda_source, export_solution, inline_includes
+
+PAIRS = [(p, v) for p in problems.names() for v in problems.get(p).variants]
+# the batchmean mistake: divide by every element, not by the batch size (kl_div vectorized.cu)
+RIGHT_DIVISOR = "return launch_sum_partials(row_partials, B, float(B), loss, stream);"
+WRONG_DIVISOR = "return launch_sum_partials(row_partials, B, float(B * D), loss, stream);"
+
+# Python-only solutions for kl_div: each shows one way to fail
+SOLUTIONS = {
+    "good": "return (t * (t.log() - p.log())).sum() / p.shape[0]",
+    "wrong_values": "return (t * (t.log() - p.log())).mean()  # batchmean is not the mean",
+    "wrong_shape": "return (t * (t.log() - p.log())).sum().reshape(1) / p.shape[0]",
+    "raised": "raise IndexError('row out of range')",
+    "timed_out": "while True: pass",
+    "crashed": "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)",
+}
+
+
+def write_solution(folder, name: str, body: str) -> str:
+    path = folder / f"{name}.py"
+    path.write_text(textwrap.dedent(f"""\
+        import torch, torch.nn as nn
+
+        class ModelNew(nn.Module):
+            def forward(self, p, t):
+                {body}
+        """))
+    return str(path)
+
+
+def load_module(path):
+    """Import one of OUR exported files (it builds nothing until ModelNew())."""
+    spec = importlib.util.spec_from_file_location("exported_solution", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# --- cpu tier: verdicts ----------------------------------------------------------------------
+
+FIXTURE_PASSED = {
+    "status": "passed", "stage": "done", "device": "Fixture GPU",
+    "trials": [{"trial": i, "seed": i, "shape": [], "dtype": "float32", "value": 1.0, "reference": 1.0,
+                "max_abs_diff": 1e-7, "allclose": True, "rel_error_fp64": 2e-8} for i in range(5)],
+    "backward": {"supported": True, "rel_error": 3e-8, "tolerance": 1e-6, "passed": True, "detail": ""},
+    "repeatable": True, "memory": {"solution_bytes": 65536, "eager_bytes": 4 * 2**30},
+    "timing": {"solution_ms": 0.5, "solution_p10_ms": 0.49, "solution_p90_ms": 0.52, "eager_ms": 2.0,
+               "eager_p10_ms": 2.0, "eager_p90_ms": 2.1, "compile_ms": 0.6, "compile_p10_ms": 0.6,
+               "compile_p90_ms": 0.6, "speedup_eager": 4.0, "speedup_compile": 1.2, "repeats": 20},
+    "solution_inputs": {"get_inputs": ["(16384, 16384) float32"] * 2, "get_init_inputs": []},
+    "an_unknown_key": "ignored",
+}
+FIELDS = dict(problem="kl_div", solution="solution.py", shape=(16384, 16384))
+
+
+def test_passed_verdict_formats_every_measurement():
+    verdict = Verdict.from_child(FIXTURE_PASSED, **FIELDS)
+    text = verdict.format()
+    assert verdict.passed and text.startswith("solution.py: PASSED (kl_div 16384x16384 float32, Fixture GPU)")
+    for shown in ("5/5 trials", "speedup 4.00x", "speedup 1.20x", "64.0 KiB", "4.0 GiB",
+                  "bitwise repeatable: yes", "relative error vs float64 3e-08", "reported; the problem's"):
+        assert shown in text, shown
+    assert "what to do" not in text
+
+
+@pytest.mark.parametrize("status, result, expected", [
+    ("wrong_values", {"message": "trial 2 (seed 2): got 1e-05, reference 0.05", "stage": "correctness",
+                      "trials": [{"trial": 0, "max_abs_diff": 0.05, "allclose": False, "rel_error_fp64": 1.0}]},
+     ["WRONG VALUES", "trial 2 (seed 2)", "batchmean divides by the batch size B only", "0/1 trials"]),
+    ("compile_error", {"message": "cuda.cu(12): error: expected a \";\"", "stage": "load",
+                       "detail": "Error building extension 'x':\ncuda.cu(12): error: expected a \";\""},
+     ["COMPILE ERROR", "cuda.cu(12): error", "Fix the build error", "details:"]),
+    ("timed_out", {"message": "no result after 5 s; it was in stage 'correctness' (killed)"},
+     ["TIMED OUT", "infinite loop"]),
+    ("crashed", {"message": "the process died (killed by signal 11)"}, ["CRASHED", "compute-sanitizer"]),
+])
+def test_failed_verdict_says_why_and_what_to_do(status, result, expected):
+    text = Verdict.from_child({"status": status, **result}, **FIELDS).format()
+    for shown in expected:
+        assert shown in text, shown
+
+
+def test_every_failure_has_advice():
+    from losslab.evaluate import ADVICE
+
+    assert set(ADVICE) == set(STATUSES) - {"passed"}
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU path")
+def test_without_gpu_evaluate_fails_fast(tmp_path):
+    verdict = evaluate(write_solution(tmp_path, "good", SOLUTIONS["good"]), "kl_div")
+    assert verdict.status == "no_gpu" and "no CUDA GPU" in verdict.message and verdict.seconds == 0.0
+
+
+def test_evaluate_rejects_bad_arguments(tmp_path):
+    with pytest.raises(FileNotFoundError, match="solution_path"):
+        evaluate(tmp_path / "missing.py", "kl_div")
+    path = write_solution(tmp_path, "good", SOLUTIONS["good"])
+    with pytest.raises(ValueError, match="size"):
+        evaluate(path, "kl_div", size="huge")
+    with pytest.raises(ValueError, match="problem"):
+        evaluate(path, "softmax")
+
+
+# --- cpu tier: the child end to end, in its CPU dry run -----------------------------------------
+
+@pytest.mark.parametrize("kind", list(SOLUTIONS))
+def test_child_classifies_each_failure(tmp_path, kind):
+    """Python-only solutions on CPU tensors: load, correctness, backward, repeatability."""
+    path = write_solution(tmp_path, kind, SOLUTIONS[kind])
+    verdict = evaluate(path, "kl_div", size="narrow", device="cpu", timeout_s=20 if kind == "timed_out" else 120)
+    expected = "passed" if kind == "good" else kind
+    assert verdict.status == expected, verdict.format()
+    if kind == "good":
+        assert len(verdict.trials) == 5 and verdict.backward["passed"] and verdict.repeatable
+    if kind == "wrong_values":
+        assert "trial 0 (seed 0)" in verdict.message
+    if kind == "raised":
+        assert "IndexError" in verdict.message and "row out of range" in verdict.detail
+
+
+def test_a_file_without_modelnew_is_reported(tmp_path):
+    path = tmp_path / "empty.py"
+    path.write_text("x = 1\n")
+    verdict = evaluate(path, "kl_div", size="narrow", device="cpu")
+    assert verdict.status == "raised" and "no class ModelNew" in verdict.message
+
+
+# --- cpu tier: the export's text ---------------------------------------------------------------
+
+@pytest.mark.parametrize("problem, variant", PAIRS)
+def test_export_is_one_self_contained_python_file(problem, variant):
+    text = export_solution(problem, variant)
+    tree = ast.parse(text)
+    defined = {node.name for node in tree.body if isinstance(node, (ast.ClassDef, ast.FunctionDef))}
+    assert {"Model", "ModelNew", "get_inputs", "get_init_inputs"} <= defined
+    assert "losslab" not in "".join(l for l in text.splitlines() if l.startswith(("import", "from")))
+    assert f"{problem}_{variant}_forward" in text  # the rung's launcher, defined in the inlined .cu
+    assert '#include "' not in text, "a local include was left unresolved"
+    source = cuda_source(problem, variant)
+    assert (build.KERNELS / problem / f"{variant}.cu").read_text().splitlines()[0] in source
+
+
+def test_inlining_takes_each_header_once(tmp_path):
+    (tmp_path / "a.cuh").write_text('#pragma once\nint a;\n')
+    (tmp_path / "b.cuh").write_text('#pragma once\n#include "a.cuh"\nint b;\n')
+    (tmp_path / "main.cu").write_text('#include "a.cuh"\n#include "b.cuh"\n#include <cstdint>\nint main;\n')
+    text = inline_includes(tmp_path / "main.cu")
+    assert text.count("int a;") == 1 and "int b;" in text and "#include <cstdint>" in text
+    assert "pragma once" not in text
+    (tmp_path / "bad.cu").write_text('#include "nowhere.cuh"\n')
+    with pytest.raises(ExportError, match="nowhere.cuh"):
+        inline_includes(tmp_path / "bad.cu")
+
+
+@pytest.mark.parametrize("problem", problems.names())
+def test_exported_model_and_inputs_are_the_problems(tmp_path, problem):
+    """Model is the problem's reference; get_inputs() follows its generator at its seed size."""
+    spec = problems.get(problem)
+    path = tmp_path / "solution.py"
+    path.write_text(export_solution(problem, spec.variants[0]))
+    module = load_module(path)
+    assert (module.batch_size, *module.input_shape) == spec.sizes["seed"]
+    assert module.get_init_inputs() == []
+    module.batch_size, module.input_shape = 7, (33,)  # small, so the test stays quick
+    if hasattr(module, "num_classes"):
+        module.num_classes = 33
+    inputs = module.get_inputs()
+    mine = spec.make_inputs((7, 33), seed=0, device="cpu")
+    assert [(x.shape, x.dtype) for x in inputs] == [(x.shape, x.dtype) for x in mine]
+    torch.testing.assert_close(module.Model()(*inputs), spec.reference(*inputs))
+
+
+# --- cpu tier: the command line ----------------------------------------------------------------
+
+def test_cli_export_writes_the_solution(capsys, tmp_path):
+    assert main(["export", "kl_div", "vectorized"]) == 0
+    assert "class ModelNew" in capsys.readouterr().out
+    assert main(["export", "cross_entropy", "naive", "--output", str(tmp_path / "s.py")]) == 0
+    assert "cross_entropy_naive_forward" in (tmp_path / "s.py").read_text()
+    with pytest.raises(SystemExit, match="no variant 'nope'"):
+        main(["export", "kl_div", "nope"])
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU path")
+def test_cli_evaluate_without_gpu(capsys, tmp_path):
+    path = write_solution(tmp_path, "good", SOLUTIONS["good"])
+    assert main(["evaluate", path, "--problem", "kl_div", "--json", str(tmp_path / "v.json")]) == 1
+    assert "NO GPU" in capsys.readouterr().out and (tmp_path / "v.json").exists()
+
+
+# --- compile tier --------------------------------------------------------------------------------
+
+def build_env(tmp_path) -> dict:
+    return {**os.environ, "TORCH_EXTENSIONS_DIR": str(tmp_path / "ext"), "TORCH_CUDA_ARCH_LIST": "9.0",
+            "CUDA_HOME": str(build.find_cuda_home())}
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("problem, variant", [("kl_div", "vectorized"), ("cross_entropy", "vectorized"),
+                                              ("cross_entropy", "fused")])
+def test_exported_solution_builds_with_load_inline(tmp_path, problem, variant):
+    """A few rungs (each template once), for sm_90 only, to keep it quick (about 10 s each); no
+    GPU is needed to build and import, and importing fails on any launcher the binding misses."""
+    path = tmp_path / "solution.py"
+    path.write_text(export_solution(problem, variant))
+    code = ("import importlib.util as u; s = u.spec_from_file_location('s', r'%s'); m = u.module_from_spec(s); "
+            "s.loader.exec_module(m); e = m.extension(); print(callable(e.forward), callable(e.backward))" % path)
+    run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=build_env(tmp_path),
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0 and run.stdout.split() == ["True", "True"], run.stderr[-3000:]
+
+
+@pytest.mark.compile
+def test_a_solution_that_does_not_compile_gets_the_compilers_message(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0")
+    text = export_solution("kl_div", "vectorized")
+    assert RIGHT_DIVISOR in text
+    path = tmp_path / "broken.py"
+    path.write_text(text.replace(RIGHT_DIVISOR, RIGHT_DIVISOR.rstrip(";")))
+    verdict = evaluate(path, "kl_div", size="narrow", device="cpu", timeout_s=600)
+    assert verdict.status == "compile_error", verdict.format()
+    assert "error" in verdict.message and "cuda.cu(" in verdict.message
+
+
+# --- gpu tier --------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def ext_cache(tmp_path_factory):
+    """One build cache for the exported solutions of this module (each evaluate still runs
+    in its own child); the broken ones get fresh directories."""
+    return tmp_path_factory.mktemp("torch_extensions")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("problem, variant", [("kl_div", "naive"), ("kl_div", "vectorized"), ("kl_div", "fused"),
+                                              ("cross_entropy", "naive"), ("cross_entropy", "vectorized"),
+                                              ("cross_entropy", "fused")])
+def test_exported_solutions_pass(tmp_path, ext_cache, problem, variant):
+    path = tmp_path / "solution.py"
+    path.write_text(export_solution(problem, variant))
+    verdict = evaluate(path, problem, size="odd", repeats=5, build_dir=ext_cache)
+    assert verdict.passed, verdict.format()
+    assert verdict.backward["supported"] and verdict.backward["passed"] and verdict.repeatable
+    assert verdict.timing["solution_ms"] > 0 and "speedup_compile" in verdict.timing
+
+
+@pytest.mark.gpu
+def test_exported_solution_passes_at_kernelbench_size(tmp_path, ext_cache):
+    path = tmp_path / "solution.py"
+    path.write_text(export_solution("kl_div", "vectorized"))
+    verdict = evaluate(path, "kl_div", build_dir=ext_cache)
+    print(verdict.format())
+    assert verdict.passed and verdict.timing["speedup_eager"] > 1, verdict.format()
+    assert verdict.memory["solution_bytes"] <= 2**20
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("kind", ["compile_error", "wrong_values", "wrong_shape", "raised", "timed_out", "crashed"])
+def test_broken_solutions_get_their_verdict_and_leave_cuda_usable(tmp_path, kind):
+    if kind in ("compile_error", "wrong_values"):
+        text = export_solution("kl_div", "vectorized")
+        broken = RIGHT_DIVISOR.rstrip(";") if kind == "compile_error" else WRONG_DIVISOR
+        path = tmp_path / f"{kind}.py"
+        path.write_text(text.replace(RIGHT_DIVISOR, broken))
+    else:
+        path = write_solution(tmp_path, kind, SOLUTIONS[kind])
+    verdict = evaluate(path, "kl_div", size="small", repeats=3, timeout_s=30 if kind == "timed_out" else 600)
+    assert verdict.status == kind, verdict.format()
+    assert (torch.ones(4, device="cuda") + 1).sum().item() == 8.0  # the caller's CUDA context is fine
