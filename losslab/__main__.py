@@ -6,6 +6,9 @@
     python -m losslab bench kl_div --ncu        ... and measure DRAM traffic with Nsight Compute
     python -m losslab roofline                  roofline figures (PNG) from the recorded results
     python -m losslab report                    execute the notebooks headless into reports/
+    python -m losslab export kl_div vectorized  a single-file KernelBench solution (ModelNew) on stdout
+    python -m losslab evaluate solution.py --problem kl_div   judge a ModelNew file (GPU; runs its code)
+    python -m losslab pitfalls --record         run the deliberate mistakes (GPU), record what the checker saw
 
 ``check`` and ``bench`` need a CUDA GPU; ``list``, ``roofline`` and ``report`` run anywhere
 (without a GPU the notebooks render the recorded results).
@@ -102,16 +105,6 @@ def cmd_bench(args) -> int:
                        rows_by_dtype={d: [r.as_dict() for r in rs] for d, rs in rows_by_dtype.items()},
                        checks=[c.as_dict() for c in checks], ceilings=ceilings)
         sections[name] = section
-        if args.ncu:
-            from .profile import format_table as format_ncu, profile_problem
-
-            print(f"  profiling {name} with Nsight Compute ...", file=sys.stderr, flush=True)
-            section["ncu"] = profile_problem(name, shape, args.variants, peers)
-            tables.append(f"{name}: DRAM traffic measured by ncu\n{format_ncu(section['ncu'])}")
-        if not args.no_record:
-            print(f"recorded {results.save_section(name, section)}", file=sys.stderr)
-        if args.json:
-            Path(args.json).with_suffix(f".{name}.json").write_text(json.dumps(section, indent=1))
         if checks:
             tables.append(f"{name}: correctness\n{format_checks(checks)}")
         tables.append(f"{name} {shape[0]}x{shape[1]} float32 on {section['device']}: "
@@ -121,6 +114,18 @@ def cmd_bench(args) -> int:
                       f"{format_table(rows)}")
         for dtype, extra in rows_by_dtype.items():
             tables.append(f"{name} {shape[0]}x{shape[1]} {dtype}\n{format_table(extra)}")
+    # Nsight Compute last: its replays and clock handling must not disturb the timings
+    for name, section in sections.items():
+        if args.ncu:
+            from .profile import format_table as format_ncu, profile_problem
+
+            print(f"  profiling {name} with Nsight Compute ...", file=sys.stderr, flush=True)
+            section["ncu"] = profile_problem(name, tuple(section["shape"]), args.variants, peers)
+            tables.append(f"{name}: DRAM traffic measured by ncu\n{format_ncu(section['ncu'])}")
+        if not args.no_record:
+            print(f"recorded {results.save_section(name, section)}", file=sys.stderr)
+        if args.json:
+            Path(args.json).with_suffix(f".{name}.json").write_text(json.dumps(section, indent=1))
     if len(sections) > 1:
         tables.append(f"best variant against each peer\n{summary_table(sections)}")
     print("\n\n".join(tables))
@@ -150,6 +155,47 @@ def cmd_report(args) -> int:
     from .report import build_report
 
     build_report(Path(args.output), parameters={"device": args.device} if args.device else None)
+    return 0
+
+
+def cmd_export(args) -> int:
+    from .export import export_solution
+
+    try:
+        text = export_solution(args.problem, args.variant)
+    except ValueError as err:
+        sys.exit(f"losslab export: {err}")
+    if args.output:
+        Path(args.output).write_text(text)
+        print(f"wrote {args.output}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def cmd_evaluate(args) -> int:
+    from .evaluate import evaluate
+
+    size = args.size if args.size in problems.get(args.problem).sizes else _shape(args.size)
+    verdict = evaluate(args.solution, args.problem, size=size, dtype=args.dtype, trials=args.trials,
+                       repeats=args.repeats, timeout_s=args.timeout, compare_compile=not args.no_compile,
+                       min_speedup=args.min_speedup)
+    print(verdict.format())
+    if args.json:
+        Path(args.json).write_text(json.dumps(verdict.as_dict(), indent=1))
+    return 0 if verdict.passed else 1
+
+
+def cmd_pitfalls(args) -> int:
+    from . import pitfalls
+
+    _require_gpu("pitfalls")
+    if args.record:
+        path, rec = pitfalls.record(args.only, Path(args.results_dir) if args.results_dir else pitfalls.RECORDS)
+        print(f"recorded {path}", file=sys.stderr)
+    else:
+        rec = pitfalls.measure(args.only)
+    print(pitfalls.outcome_table(rec).plain)
     return 0
 
 
@@ -201,6 +247,33 @@ def main(argv: list[str] | None = None) -> int:
     report.add_argument("--output", default="reports")
     report.add_argument("--device", default=None, help="render the record of this device")
     report.set_defaults(fn=cmd_report)
+
+    export = sub.add_parser("export", help="write a single-file KernelBench solution (ModelNew) for a variant")
+    export.add_argument("problem", choices=problems.names())
+    export.add_argument("variant", help="a variant of the problem (python -m losslab list)")
+    export.add_argument("--output", "-o", default=None, help="write to this file instead of stdout")
+    export.set_defaults(fn=cmd_export)
+
+    evaluate = sub.add_parser("evaluate", help="judge a ModelNew solution file in a child process "
+                              "(GPU; this RUNS the file's code)")
+    evaluate.add_argument("solution", help="a Python file defining class ModelNew")
+    evaluate.add_argument("--problem", required=True, choices=problems.names())
+    evaluate.add_argument("--size", default="seed", help="a size name or ROWSxCOLUMNS (default: seed)")
+    evaluate.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+    evaluate.add_argument("--trials", type=int, default=5, help="correctness trials on fresh seeded inputs")
+    evaluate.add_argument("--repeats", type=int, default=20)
+    evaluate.add_argument("--timeout", type=float, default=600.0, help="seconds for the whole child, build included")
+    evaluate.add_argument("--min-speedup", type=float, default=None, help="fail as too_slow below this speedup "
+                          "over eager")
+    evaluate.add_argument("--no-compile", action="store_true", help="skip timing torch.compile")
+    evaluate.add_argument("--json", help="also write the verdict as JSON to this path")
+    evaluate.set_defaults(fn=cmd_evaluate)
+
+    pitfalls = sub.add_parser("pitfalls", help="run the deliberate mistakes of pitfalls/ through the checker (GPU)")
+    pitfalls.add_argument("--record", action="store_true", help="write reports/results/pitfalls/<device>.json")
+    pitfalls.add_argument("--only", type=lambda s: s.split(","), default=None, help="comma-separated pitfall keys")
+    pitfalls.add_argument("--results-dir", default=None, help="folder of the records (default: reports/results/pitfalls)")
+    pitfalls.set_defaults(fn=cmd_pitfalls)
 
     args = parser.parse_args(argv)
     if getattr(args, "variants", None):

@@ -101,16 +101,16 @@ def measure_bandwidth(nbytes: int = BANDWIDTH_BYTES, repeats: int = 20) -> dict[
     except build.BuildError as err:
         print(f"losslab: streaming bandwidth kernels unavailable, using torch only: {err}")
     else:
-        blocks = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count * BLOCKS_PER_SM
-        sums = torch.empty(blocks * ext.THREADS, device="cuda")
-        stream = torch.cuda.current_stream().cuda_stream
         n4 = source.numel() // 4
-        read = time_cuda(lambda: ext.stream_read(source.data_ptr(), n4, sums.data_ptr(), blocks, stream),
-                         repeats=repeats)
-        copy = time_cuda(lambda: ext.stream_copy(source.data_ptr(), dest.data_ptr(), n4, blocks, stream),
-                         repeats=repeats)
-        by_method["read stream kernel"] = 16 * n4 / read.median_ms / 1e6
-        by_method["copy stream kernel"] = 32 * n4 / copy.median_ms / 1e6
+        sums = torch.empty(ext.stream_blocks(n4) * ext.THREADS, device="cuda")
+        stream = torch.cuda.current_stream().cuda_stream
+        for unroll in (4, 8, 16):
+            read = time_cuda(lambda: ext.stream_read(source.data_ptr(), n4, sums.data_ptr(), unroll, stream),
+                             repeats=repeats)
+            copy = time_cuda(lambda: ext.stream_copy(source.data_ptr(), dest.data_ptr(), n4, unroll, stream),
+                             repeats=repeats)
+            by_method[f"read stream kernel x{unroll}"] = 16 * n4 / read.median_ms / 1e6
+            by_method[f"copy stream kernel x{unroll}"] = 32 * n4 / copy.median_ms / 1e6
     return {"read": max(v for k, v in by_method.items() if k.startswith("read")),
             "copy": max(v for k, v in by_method.items() if k.startswith("copy")),
             "by_method": by_method}

@@ -21,13 +21,14 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                                       reinterpret_cast<cudaStream_t>(stream)),
                        "fma_throughput");
     });
-    m.def("stream_read", [](uintptr_t in, int64_t n4, uintptr_t out, int blocks, uintptr_t stream) {
-        throw_on_error(stream_read(reinterpret_cast<const float*>(in), n4, reinterpret_cast<float*>(out), blocks,
+    m.def("stream_blocks", &stream_blocks);
+    m.def("stream_read", [](uintptr_t in, int64_t n4, uintptr_t out, int unroll, uintptr_t stream) {
+        throw_on_error(stream_read(reinterpret_cast<const float*>(in), n4, reinterpret_cast<float*>(out), unroll,
                                    reinterpret_cast<cudaStream_t>(stream)),
                        "stream_read");
     });
-    m.def("stream_copy", [](uintptr_t in, uintptr_t out, int64_t n4, int blocks, uintptr_t stream) {
-        throw_on_error(stream_copy(reinterpret_cast<const float*>(in), reinterpret_cast<float*>(out), n4, blocks,
+    m.def("stream_copy", [](uintptr_t in, uintptr_t out, int64_t n4, int unroll, uintptr_t stream) {
+        throw_on_error(stream_copy(reinterpret_cast<const float*>(in), reinterpret_cast<float*>(out), n4, unroll,
                                    reinterpret_cast<cudaStream_t>(stream)),
                        "stream_copy");
     });

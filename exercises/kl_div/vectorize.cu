@@ -1,0 +1,56 @@
+// Exercise 3 -- vectorize the loads, with a correct tail (the vectorized rung).
+//
+// A scalar load moves 4 bytes per instruction; a float4 load moves 16 (one
+// LDG.E.128), so a warp keeps four times the bytes in flight. A float4 load is
+// legal only on a 16-byte aligned address, and a row of D floats need not
+// start or end on one (D odd, or a slice with a storage offset). So a row is
+// read in three parts:
+//   head:  the first elements, up to the first 16-byte boundary (written for you);
+//   packs: float4 loads, thread k taking packs k, k + THREADS, ...;
+//   tail:  the last D - head - 4 * packs elements, one float each.
+// When p and t sit at different offsets from a boundary, no float4 fits both:
+// head is then the whole row (written for you). The block reduction is
+// common/reduce.cuh's warp-shuffle block_reduce_sum.
+//
+// Done when losslab.exercises.grade("vectorize") is green and its machine code
+// shows LDG.E.128.
+#include "kl_div/kl_div.cuh"
+#include "common/reduce.cuh"
+#include "common/sum_partials.cuh"
+#include "common/vector_load.cuh"
+
+constexpr int THREADS = 256;
+
+__global__ void __launch_bounds__(THREADS)
+vector_forward_kernel(const float* __restrict__ predictions,  // (B, D)
+                      const float* __restrict__ targets,      // (B, D)
+                      float* __restrict__ row_partials,       // (B,)
+                      int64_t D) {
+    const float* p = predictions + blockIdx.x * D;  // this block's row
+    const float* t = targets + blockIdx.x * D;
+    int64_t head = D;
+    if (floats_to_alignment(p) == floats_to_alignment(t))
+        head = min(D, int64_t(floats_to_alignment(p)));
+    const int64_t packs = (D - head) / 4;  // float4s after the head
+    float sum = 0.0f;
+    for (int64_t j = threadIdx.x; j < head; j += THREADS)
+        sum += kl_div_term(p[j], t[j]);
+
+    // FILL ME IN (roughly 6 lines):
+    //  1. packs: for i = threadIdx.x, i + THREADS, ... below `packs`, load
+    //     load_float4(p + head + 4 * i) and the same of t, and add kl_div_term
+    //     of the four pairs (.x, .y, .z, .w);
+    //  2. tail: the elements from head + 4 * packs to D, one float each,
+    //     shared by the block's threads as in the head loop.
+
+    sum = block_reduce_sum(sum);
+    if (threadIdx.x == 0) row_partials[blockIdx.x] = sum;
+}
+
+cudaError_t kl_div_custom_forward(const float* predictions, const float* targets, float* row_partials,
+                                  float* loss, int64_t B, int64_t D, cudaStream_t stream) {
+    vector_forward_kernel<<<B, THREADS, 0, stream>>>(predictions, targets, row_partials, D);
+    cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
+    return launch_sum_partials(row_partials, B, float(B), loss, stream);
+}

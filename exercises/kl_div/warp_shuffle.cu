@@ -1,0 +1,57 @@
+// Exercise 2 -- replace the shared-memory tree with warp shuffles (the warp_shuffle rung).
+//
+// The shared_memory rung adds a block's 256 sums with a tree in shared memory:
+// 8 steps, each behind a __syncthreads(), most threads idle. The 32 lanes of a
+// warp can add their values without shared memory or barriers by exchanging
+// registers: __shfl_xor_sync(FULL_WARP, value, offset) returns `value` from
+// the lane whose index differs from this lane's in the bits of `offset`.
+// Adding it for offset = 16, 8, 4, 2, 1 (a butterfly) leaves every lane
+// holding the warp's sum. Write warp_sum; block_sum (one shared slot per warp)
+// is written for you and calls it twice.
+//
+// Done when losslab.exercises.grade("warp_shuffle") is green and its machine
+// code shows SHFL.BFLY.
+#include "kl_div/kl_div.cuh"
+#include "common/sum_partials.cuh"
+
+constexpr int THREADS = 256;
+constexpr unsigned FULL_WARP = 0xffffffffu;
+
+// The sum of `value` over the 32 lanes of the calling warp, in every lane.
+__device__ __forceinline__ float warp_sum(float value) {
+    // FILL ME IN (roughly 2 lines): five __shfl_xor_sync steps, offsets 16, 8, 4, 2, 1.
+    return value;
+}
+
+// The sum over the block: each warp adds its lanes, lane 0 of each warp
+// writes one shared slot, then the first warp adds the slots.
+__device__ __forceinline__ float block_sum(float value) {
+    __shared__ float warp_sums[THREADS / 32];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    value = warp_sum(value);
+    if (lane == 0) warp_sums[warp] = value;
+    __syncthreads();
+    value = lane < THREADS / 32 ? warp_sums[lane] : 0.0f;
+    return warp == 0 ? warp_sum(value) : 0.0f;
+}
+
+__global__ void __launch_bounds__(THREADS)
+shuffle_forward_kernel(const float* __restrict__ predictions,  // (B, D)
+                       const float* __restrict__ targets,      // (B, D)
+                       float* __restrict__ row_partials,       // (B,)
+                       int64_t D) {
+    const int64_t row_start = blockIdx.x * D;
+    float sum = 0.0f;
+    for (int64_t j = threadIdx.x; j < D; j += THREADS)
+        sum += kl_div_term(predictions[row_start + j], targets[row_start + j]);
+    sum = block_sum(sum);
+    if (threadIdx.x == 0) row_partials[blockIdx.x] = sum;
+}
+
+cudaError_t kl_div_custom_forward(const float* predictions, const float* targets, float* row_partials,
+                                  float* loss, int64_t B, int64_t D, cudaStream_t stream) {
+    shuffle_forward_kernel<<<B, THREADS, 0, stream>>>(predictions, targets, row_partials, D);
+    cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
+    return launch_sum_partials(row_partials, B, float(B), loss, stream);
+}
