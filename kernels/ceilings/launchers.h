@@ -15,13 +15,10 @@ cudaError_t fma_throughput(float* out,  // (blocks * CEILING_THREADS,)
 cudaError_t mufu_ex2_throughput(float* out,  // (blocks * CEILING_THREADS,)
                                 int blocks, int iterations, cudaStream_t stream);
 
-// Blocks the streaming kernels launch for n4 float4s (one per 64 KiB chunk).
+// Blocks the streaming kernels launch for n4 float4s (one per 64 KiB chunk of each half).
 int stream_blocks(int64_t n4);
 
-// Read n4 float4s of `in` (16-byte aligned), `unroll` (4, 8 or 16) loads in
-// flight per thread; per-thread sums go to `out`
+// Read n4 (even) float4s of `in` (16-byte aligned) as two streams, its two
+// halves, `unroll` (4 or 8) loads of each in flight per thread; per-thread sums go to `out`
 // (stream_blocks(n4) * CEILING_THREADS,)
 cudaError_t stream_read(const float* in, int64_t n4, float* out, int unroll, cudaStream_t stream);
-
-// Copy n4 float4s from `in` to `out` (both 16-byte aligned)
-cudaError_t stream_copy(const float* in, float* out, int64_t n4, int unroll, cudaStream_t stream);

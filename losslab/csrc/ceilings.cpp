@@ -12,7 +12,7 @@ static void throw_on_error(cudaError_t err, const char* what) {
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-    m.doc() = "losslab device ceilings: streaming read/copy bandwidth, FP32 FMA and MUFU (exp2) throughput";
+    m.doc() = "losslab device ceilings: streaming read bandwidth, FP32 FMA and MUFU (exp2) throughput";
     m.attr("THREADS") = CEILING_THREADS;
     m.attr("CHAINS") = CEILING_CHAINS;
     m.def("fma_throughput", [](uintptr_t out, int blocks, int iterations, float a, float b,
@@ -26,11 +26,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         throw_on_error(stream_read(reinterpret_cast<const float*>(in), n4, reinterpret_cast<float*>(out), unroll,
                                    reinterpret_cast<cudaStream_t>(stream)),
                        "stream_read");
-    });
-    m.def("stream_copy", [](uintptr_t in, uintptr_t out, int64_t n4, int unroll, uintptr_t stream) {
-        throw_on_error(stream_copy(reinterpret_cast<const float*>(in), reinterpret_cast<float*>(out), n4, unroll,
-                                   reinterpret_cast<cudaStream_t>(stream)),
-                       "stream_copy");
     });
     m.def("mufu_ex2_throughput", [](uintptr_t out, int blocks, int iterations, uintptr_t stream) {
         throw_on_error(mufu_ex2_throughput(reinterpret_cast<float*>(out), blocks, iterations,
