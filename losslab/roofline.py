@@ -77,15 +77,26 @@ def datasheet(device: str) -> Datasheet | None:
 
 
 def measure_bandwidth(nbytes: int = BANDWIDTH_BYTES, repeats: int = 20) -> dict[str, float]:
-    """Measured memory bandwidth of the current CUDA device in GB/s (1e9 bytes/s).
+    """Measured memory bandwidth of the current CUDA device in GB/s (1e9 bytes/s):
+    {"read": ..., "copy": ...}, the best of each kind in :func:`measure_bandwidth_methods`."""
+    return best_bandwidth(measure_bandwidth_methods(nbytes, repeats))
 
-    Returns {"read": ..., "copy": ...} over ``nbytes`` of float32 (median of
-    ``repeats``): read, the best of ``torch.sum`` and the two-stream read kernel of
-    ``kernels/ceilings/`` (bytes read / time); copy, ``Tensor.copy_`` (2 x bytes /
-    time). torch.sum alone can sit below what a loss kernel reaches (seen on an
-    H200: torch.sum 4.14 TB/s against 4.44 TB/s for kl_div's vectorized forward,
-    which reads two tensors at once), which would put a rung above its ceiling.
-    Also returns every figure under "by_method".
+
+def best_bandwidth(by_method: dict[str, float]) -> dict[str, float]:
+    """{"read", "copy"}: the best figure of each kind among ``by_method``'s "read ..."/"copy ..." keys."""
+    return {kind: max(v for k, v in by_method.items() if k.startswith(kind)) for kind in ("read", "copy")}
+
+
+def measure_bandwidth_methods(nbytes: int = BANDWIDTH_BYTES, repeats: int = 20) -> dict[str, float]:
+    """Memory bandwidth of the current CUDA device by each method, in GB/s (1e9 bytes/s).
+
+    Over ``nbytes`` of float32 (median of ``repeats``): "read torch.sum" and "read
+    stream kernel xU" (the two-stream read kernel of ``kernels/ceilings/``, U loads
+    of each stream in flight per thread), bytes read / time; "copy Tensor.copy_",
+    2 x bytes / time. torch.sum alone can sit below what a loss kernel reaches
+    (seen on an H200: torch.sum 4.14 TB/s against 4.44 TB/s for kl_div's
+    vectorized forward, which reads two tensors at once), which would put a rung
+    above its ceiling; the ceiling is the best of them (:func:`best_bandwidth`).
     """
     from . import build
     from .bench import time_cuda
@@ -108,9 +119,7 @@ def measure_bandwidth(nbytes: int = BANDWIDTH_BYTES, repeats: int = 20) -> dict[
             read = time_cuda(lambda: ext.stream_read(source.data_ptr(), n4, sums.data_ptr(), unroll, stream),
                              repeats=repeats)
             by_method[f"read stream kernel x{unroll}"] = 16 * n4 / read.median_ms / 1e6
-    return {"read": max(v for k, v in by_method.items() if k.startswith("read")),
-            "copy": max(v for k, v in by_method.items() if k.startswith("copy")),
-            "by_method": by_method}
+    return by_method
 
 
 def measure_compute(repeats: int = 10) -> dict[str, float]:
@@ -150,9 +159,10 @@ def measure_ceilings(repeats: int = 20) -> dict:
     """
     from .build import BuildError
 
-    bandwidth = measure_bandwidth(repeats=repeats)
+    by_method = measure_bandwidth_methods(repeats=repeats)
+    bandwidth = best_bandwidth(by_method)
     ceilings: dict = {"read_gbps": bandwidth["read"], "copy_gbps": bandwidth["copy"],
-                      "bandwidth_by_method_gbps": bandwidth["by_method"]}
+                      "bandwidth_by_method_gbps": by_method}
     try:
         ceilings.update(measure_compute(repeats=max(3, repeats // 2)))
     except BuildError as err:
