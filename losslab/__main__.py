@@ -4,6 +4,8 @@
     python -m losslab check kl_div              every variant against float64, edge cases
     python -m losslab bench kl_div              check, time, record under reports/results/
     python -m losslab bench kl_div --ncu        ... and measure DRAM traffic with Nsight Compute
+    python -m losslab bench --all               every problem, then the best variant against each peer
+    python -m losslab summary                   that summary from the newest recorded results
     python -m losslab roofline                  roofline figures (PNG) from the recorded results
     python -m losslab report                    execute the notebooks headless into reports/
     python -m losslab export kl_div vectorized  a single-file KernelBench solution (ModelNew) on stdout
@@ -50,6 +52,32 @@ def cmd_list(args) -> int:
         sizes = ", ".join(f"{k} {r}x{c}" for k, (r, c) in spec.sizes.items())
         print(f"{name}\n  variants: {', '.join(spec.variants)}\n  sizes: {sizes}")
     return 0
+
+
+def cmd_summary(args) -> int:
+    from . import results
+
+    sections = {}
+    for name in problems.names():
+        try:
+            sections[name] = results.latest_section(name, args.device)
+        except LookupError as err:
+            print(f"losslab summary: {err}", file=sys.stderr)
+    if not sections:
+        return 1
+    print(summary_text(sections))
+    return 0
+
+
+def summary_text(sections: dict[str, dict]) -> str:
+    """The summary table of recorded sections with the device and date it comes from."""
+    from .bench import summary_table
+
+    first = next(iter(sections.values()))
+    dates = sorted(s["date"][:10] for s in sections.values())
+    return (f"recorded on {first['device']} (torch {first['torch']}, CUDA {first['cuda']}), "
+            f"{dates[0]}{'' if dates[0] == dates[-1] else ' to ' + dates[-1]}; "
+            f"seed sizes, float32, median ms\n{summary_table(sections)}")
 
 
 def cmd_check(args) -> int:
@@ -204,6 +232,9 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="problems, variants and sizes").set_defaults(fn=cmd_list)
+    summary = sub.add_parser("summary", help="best variant of each problem against each peer, from the records")
+    summary.add_argument("--device", default=None, help="the record of this device (default: the newest)")
+    summary.set_defaults(fn=cmd_summary)
 
     def problem_args(p, nargs="+"):
         p.add_argument("problems", nargs=nargs, choices=problems.names(), metavar="problem",
