@@ -192,9 +192,15 @@ def find_cuobjdump() -> Path:
 
 
 def disassemble(cubin: Path) -> dict[str, str]:
-    """SASS of every kernel in ``cubin``, keyed by the kernel's mangled name."""
-    text = subprocess.run([str(find_cuobjdump()), "--dump-sass", str(cubin)],
-                          capture_output=True, text=True, check=True).stdout
+    """SASS of every kernel in ``cubin``, keyed by the kernel's mangled name.
+
+    Raises:
+        BuildError: cuobjdump missing or failing (it needs nvdisasm beside it).
+    """
+    run = subprocess.run([str(find_cuobjdump()), "--dump-sass", str(cubin)], capture_output=True, text=True)
+    if run.returncode != 0:  # e.g. nvdisasm, which it runs, missing: `pip install nvidia-cuda-nvdisasm`
+        raise BuildError(f"cuobjdump --dump-sass {cubin} failed: {run.stderr.strip() or run.stdout.strip()}")
+    text = run.stdout
     kernels = {}
     for part in re.split(r"\n\s*Function : ", text)[1:]:
         name, _, body = part.partition("\n")
