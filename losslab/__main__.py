@@ -86,7 +86,6 @@ def cmd_check(args) -> int:
     _require_gpu("check")
     failed = 0
     for name in args.problems:
-        spec = problems.get(name)
         print(f"checking {name} ...", flush=True)
         results = check_problem(name, args.variants, args.sizes or None, edge_cases=not args.no_edge_cases)
         print(format_table(results))
