@@ -350,10 +350,13 @@ class KLDivFunction(torch.autograd.Function):
         ctx.backward_calls = 0
         return loss.to(p.dtype)
 
+'''
+
+_FUSED_BACKWARD = '''
     @staticmethod
     def backward(ctx, grad_loss):
         if ctx.backward_calls:
-            raise RuntimeError("kl_div fused: backward can run once per forward (it scales in place)")
+            raise RuntimeError("{problem} fused: backward can run once per forward (it scales in place)")
         ctx.backward_calls += 1
         (grad,) = ctx.saved_tensors
         grad_loss = grad_loss.to(device=grad.device, dtype=torch.float32).contiguous()
@@ -459,18 +462,6 @@ class CrossEntropyFunction(torch.autograd.Function):
         ctx.backward_calls = 0
         return loss.to(x.dtype)
 
-    @staticmethod
-    def backward(ctx, grad_loss):
-        if ctx.backward_calls:
-            raise RuntimeError("cross_entropy fused: backward can run once per forward (it scales in place)")
-        ctx.backward_calls += 1
-        (grad,) = ctx.saved_tensors
-        grad_loss = grad_loss.to(device=grad.device, dtype=torch.float32).contiguous()
-        with torch.cuda.device(grad.device):
-            stream = torch.cuda.current_stream(grad.device).cuda_stream
-            extension().backward(grad.data_ptr(), grad_loss.data_ptr(), grad.numel(), DTYPE_CODES[grad.dtype],
-                                 stream)
-        return grad, None
 '''
 
 _CROSS_ENTROPY_MODEL_NEW = '''
@@ -516,7 +507,8 @@ def export_solution(problem: str, variant: str) -> str:
     if problem == "kl_div":
         model = _KL_DIV_MODEL.format(rows=rows, cols=cols)
         if variant == "fused":
-            binding, host, note = _KL_DIV_FUSED_BINDING, _KL_DIV_FUSED_HOST, _FUSED_NOTE
+            binding, note = _KL_DIV_FUSED_BINDING, _FUSED_NOTE
+            host = _KL_DIV_FUSED_HOST.rstrip() + "\n" + _FUSED_BACKWARD.format(problem=problem)
         else:
             binding = _KL_DIV_BINDING.format(variant=variant, elem="void" if typed else "float",
                                              dtype_arg="DType(dtype), " if typed else "")
@@ -527,7 +519,8 @@ def export_solution(problem: str, variant: str) -> str:
         count = _CROSS_ENTROPY_COUNT.format()
         if variant == "fused":
             binding = _CROSS_ENTROPY_FUSED_BINDING.format(count=count)
-            host = _CROSS_ENTROPY_HOST.format() + _CROSS_ENTROPY_FUSED_FUNCTION
+            host = (_CROSS_ENTROPY_HOST.format() + _CROSS_ENTROPY_FUSED_FUNCTION.rstrip() + "\n"
+                    + _FUSED_BACKWARD.format(problem=problem))
             note = _FUSED_NOTE
         else:
             binding = _CROSS_ENTROPY_BINDING.format(count=count, variant=variant, elem="void" if typed else "float",
