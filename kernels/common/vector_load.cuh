@@ -22,10 +22,6 @@ __device__ __forceinline__ float4 load_float4(const float* ptr) {
     return *reinterpret_cast<const float4*>(ptr);
 }
 
-__device__ __forceinline__ void store_float4(float* ptr, float4 value) {
-    *reinterpret_cast<float4*>(ptr) = value;
-}
-
 // Storage types and fp32 math: 16-bit inputs are widened on load and the
 // arithmetic runs in fp32 (explicit conversions: torch builds with the
 // implicit half/bfloat16 conversions switched off).
