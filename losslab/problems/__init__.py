@@ -123,6 +123,13 @@ class Problem:
                              f"expected one of {', '.join(self.variants)}")
 
 
+def misaligned_view(x: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+    """A contiguous (rows, cols) view of ``x``'s storage starting one element in, so that
+    no row is 16-byte aligned and vector loads must take their slow path (an edge case).
+    ``x`` must hold at least rows * cols + 1 elements."""
+    return x.reshape(-1)[1:1 + rows * cols].view(rows, cols)
+
+
 def names() -> tuple[str, ...]:
     """Names of all problems, in the order the workbook presents them."""
     return _MODULES

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 from .. import build
 from ..validation import require_cuda, require_tensor
-from . import LADDER, Cost, Problem
+from . import LADDER, Cost, Problem, misaligned_view
 
 KNOWN_DTYPES = (torch.float32, torch.bfloat16, torch.float16)  # what validate lets through to check_dtype
 # Rungs with templated kernels take 16-bit logits (math in fp32); the teaching rungs float32 only.
@@ -169,9 +169,7 @@ class CrossEntropy(Problem):
         x_nan = x.clone()
         x_nan[3, 17] = float("nan")
         wide_x, wide_t = inputs(9, 2002)
-        # a contiguous (8, 1000) view starting one float into the storage: rows
-        # are no longer 16-byte aligned, so vector loads must take the slow path
-        misaligned = (wide_x.reshape(-1)[1:1 + 8 * 1000].view(8, 1000), wide_t[:8] % 1000)
+        misaligned = (misaligned_view(wide_x, 8, 1000), wide_t[:8] % 1000)
         # every other column of the logits, every other element of the targets
         strided = (wide_x[:, ::2], (wide_t % 1001).repeat_interleave(2)[::2])
         return {

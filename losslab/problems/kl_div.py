@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from .. import build
 from ..validation import require_cuda, require_no_grad, require_tensor
-from . import LADDER, Cost, Problem
+from . import LADDER, Cost, Problem, misaligned_view
 
 HALF_AND_FLOAT = (torch.float32, torch.bfloat16, torch.float16)
 # Rungs with templated kernels take 16-bit inputs (math in fp32); the teaching rungs float32 only.
@@ -88,9 +88,7 @@ class KLDiv(Problem):
         p_nan = p.clone()
         p_nan[3, 17] = float("nan")
         big_p, big_t = inputs(9, 1001)
-        # a contiguous (8, 1000) view starting one float into the storage: rows
-        # are no longer 16-byte aligned, so vector loads must take the slow path
-        misaligned = tuple(x.reshape(-1)[1:1 + 8 * 1000].view(8, 1000) for x in (big_p, big_t))
+        misaligned = tuple(misaligned_view(x, 8, 1000) for x in (big_p, big_t))
         strided = tuple(x[:, ::2] for x in (big_p, big_t))
         return {
             "targets with exact zeros (xlogy(0, 0) = 0)": (p, t_zeros),
