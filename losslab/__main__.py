@@ -22,7 +22,7 @@ import json
 import sys
 from pathlib import Path
 
-from . import problems
+from losslab import problems
 
 
 def _shape(text: str) -> tuple[int, int]:
@@ -55,12 +55,12 @@ def cmd_list(args) -> int:
 
 
 def cmd_summary(args) -> int:
-    from . import results
+    from losslab import records
 
     sections = {}
     for name in problems.names():
         try:
-            sections[name] = results.latest_section(name, args.device)
+            sections[name] = records.latest_section(name, args.device)
         except LookupError as err:
             print(f"losslab summary: {err}", file=sys.stderr)
     if not sections:
@@ -71,7 +71,7 @@ def cmd_summary(args) -> int:
 
 def summary_text(sections: dict[str, dict]) -> str:
     """The summary table of recorded sections with the device and date it comes from."""
-    from .bench import summary_table
+    from losslab.measure.bench import summary_table
 
     first = next(iter(sections.values()))
     dates = sorted(s["date"][:10] for s in sections.values())
@@ -81,7 +81,7 @@ def summary_text(sections: dict[str, dict]) -> str:
 
 
 def cmd_check(args) -> int:
-    from .check import check_problem, format_table
+    from losslab.measure.check import check_problem, format_table
 
     _require_gpu("check")
     failed = 0
@@ -97,12 +97,12 @@ def cmd_check(args) -> int:
 
 
 def cmd_bench(args) -> int:
-    from . import results
+    from losslab import records
     import torch
 
-    from .bench import PEERS, bench_problem, format_table, summary_table
-    from .check import check_problem, format_table as format_checks
-    from .roofline import measure_ceilings
+    from losslab.measure.bench import PEERS, bench_problem, format_table, summary_table
+    from losslab.measure.check import check_problem, format_table as format_checks
+    from losslab.present.roofline import measure_ceilings
 
     _require_gpu("bench")
     if args.all:
@@ -117,7 +117,7 @@ def cmd_bench(args) -> int:
     for name in args.problems:
         spec = problems.get(name)
         shape = _resolve_shape(spec, args.size)
-        section = results.provenance(name)
+        section = records.provenance(name)
         checks = [] if args.no_check else check_problem(name, args.variants)
         failed += sum(not c.passed for c in checks)
         rows = bench_problem(name, shape, args.variants, peers=peers, repeats=args.repeats,
@@ -144,13 +144,13 @@ def cmd_bench(args) -> int:
     # Nsight Compute last: its replays and clock handling must not disturb the timings
     for name, section in sections.items():
         if args.ncu:
-            from .profile import format_table as format_ncu, profile_problem
+            from losslab.measure.ncu import format_table as format_ncu, profile_problem
 
             print(f"  profiling {name} with Nsight Compute ...", file=sys.stderr, flush=True)
             section["ncu"] = profile_problem(name, tuple(section["shape"]), args.variants, peers)
             tables.append(f"{name}: DRAM traffic measured by ncu\n{format_ncu(section['ncu'])}")
         if not args.no_record:
-            print(f"recorded {results.save_section(name, section)}", file=sys.stderr)
+            print(f"recorded {records.save_section(name, section)}", file=sys.stderr)
         if args.json:
             Path(args.json).with_suffix(f".{name}.json").write_text(json.dumps(section, indent=1))
     if len(sections) > 1:
@@ -162,7 +162,7 @@ def cmd_bench(args) -> int:
 
 
 def cmd_roofline(args) -> int:
-    from .roofline import write_figures
+    from losslab.present.roofline import write_figures
 
     for name in args.problems:
         try:
@@ -179,14 +179,14 @@ def cmd_roofline(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from .report import build_report
+    from losslab.present.report import build_report
 
     build_report(Path(args.output), parameters={"device": args.device} if args.device else None)
     return 0
 
 
 def cmd_export(args) -> int:
-    from .export import export_solution
+    from losslab.kernelbench.export import export_solution
 
     try:
         text = export_solution(args.problem, args.variant)
@@ -201,7 +201,7 @@ def cmd_export(args) -> int:
 
 
 def cmd_evaluate(args) -> int:
-    from .evaluate import evaluate
+    from losslab.kernelbench.evaluate import evaluate
 
     size = args.size if args.size in problems.get(args.problem).sizes else _shape(args.size)
     verdict = evaluate(args.solution, args.problem, size=size, dtype=args.dtype, trials=args.trials,
@@ -214,7 +214,7 @@ def cmd_evaluate(args) -> int:
 
 
 def cmd_pitfalls(args) -> int:
-    from . import pitfalls
+    from losslab.teach import pitfalls
 
     _require_gpu("pitfalls")
     if args.record:

@@ -2,7 +2,8 @@
 shows each rung's idea, and each problem's extension builds and imports."""
 import pytest
 
-from losslab import build, problems
+from losslab import build
+from losslab import problems
 
 ARCHS = ("sm_80", "sm_90")
 # What each rung's machine code must (and must not) contain: its idea, visible in SASS.

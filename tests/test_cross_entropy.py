@@ -11,7 +11,9 @@ import torch
 import torch.nn.functional as F
 
 import losslab
-from losslab import build, check, problems
+from losslab import build
+from losslab.measure import check
+from losslab import problems
 from losslab.problems.cross_entropy import IGNORE_INDEX, out_of_range_message
 
 CE = problems.get("cross_entropy")

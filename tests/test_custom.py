@@ -12,8 +12,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from losslab import build, custom, environment, exercises, explorer, problems, results
-from losslab.check import check_inputs
+from losslab import build
+from losslab.teach import custom
+from losslab.teach import environment
+from losslab.teach import exercises
+from losslab.teach import explorer
+from losslab import problems
+from losslab import records
+from losslab.measure.check import check_inputs
 
 # A complete kl_div variant: the coalesced forward and its own element-wise backward.
 FULL_SOURCE = """#include "kl_div/kl_div.cuh"
@@ -202,7 +208,7 @@ def test_unknown_exercise():
 
 
 def test_grade_is_green_only_when_everything_passes():
-    from losslab.check import CheckResult
+    from losslab.measure.check import CheckResult
 
     ok = CheckResult("kl_div", "vectorize", "random", (3, 4), "forward", 1e-8, 1e-5, True)
     bad = CheckResult("kl_div", "vectorize", "random", (3, 4), "forward", 1.0, 1e-5, False, "")
@@ -219,7 +225,7 @@ def test_grade_is_green_only_when_everything_passes():
 def _record(tmp_path):
     from test_notebooks import fixture_section
 
-    results.save_section("kl_div", fixture_section(), tmp_path)
+    records.save_section("kl_div", fixture_section(), tmp_path)
     return tmp_path
 
 
@@ -240,9 +246,9 @@ def test_explorer_without_record_shows_the_model_only(tmp_path):
 def test_explorer_measures_only_what_is_new(monkeypatch):
     """Live, each (implementation, shape, dtype) is measured once: changing the selection
     measures only what it adds."""
-    import losslab.bench
-    import losslab.roofline
-    from losslab.bench import BenchRow
+    import losslab.measure.bench
+    import losslab.present.roofline
+    from losslab.measure.bench import BenchRow
 
     calls = []
 
@@ -252,9 +258,9 @@ def test_explorer_measures_only_what_is_new(monkeypatch):
         return [BenchRow(problem, name, "peer" if peers else "variant", "forward", shape, "float32",
                          1.0, 1.0, 1.0, 3, 1.0, "read", 0.1, 0, 0.0)]
 
-    monkeypatch.setattr(losslab.bench, "bench_problem", fake_bench)
-    monkeypatch.setattr(losslab.roofline, "measure_bandwidth", lambda: {"read": 10.0, "copy": 10.0})
-    monkeypatch.setattr(results, "provenance", lambda p: {"device": "fake", "date": "2000-01-01", "torch": "-",
+    monkeypatch.setattr(losslab.measure.bench, "bench_problem", fake_bench)
+    monkeypatch.setattr(losslab.present.roofline, "measure_bandwidth", lambda: {"read": 10.0, "copy": 10.0})
+    monkeypatch.setattr(records, "provenance", lambda p: {"device": "fake", "date": "2000-01-01", "torch": "-",
                                                           "cuda": "-", "kernels_sha256": "0" * 64})
     ex = explorer.Explorer(live=True, peers=("eager",))
     ex.section(explorer.Selection("kl_div", ("naive", "vectorized"), "small"))
@@ -338,7 +344,7 @@ def test_cell_magic_reports_errors_without_raising(capsys, monkeypatch, tmp_path
     InteractiveShell = pytest.importorskip("IPython.core.interactiveshell").InteractiveShell
     monkeypatch.setenv("LOSSLAB_CACHE", str(tmp_path))
     shell = InteractiveShell.instance()
-    shell.run_line_magic("load_ext", "losslab.custom")
+    shell.run_line_magic("load_ext", "losslab.teach.custom")
     assert shell.run_cell_magic("losslab_variant", "kl_div broken", BROKEN_SOURCE) is None
     assert f"line {BROKEN_LINE}: error" in capsys.readouterr().err and "broken" not in shell.user_ns
 
@@ -371,7 +377,8 @@ def test_custom_variant_with_its_own_backward_passes_and_joins_the_ladder():
     assert not failed, failed[:3]
     names = {r["implementation"] for r in section["rows"]}
     assert names == {"naive", "vectorized", "full", "eager"}
-    from losslab import roofline, workbook
+    from losslab.present import roofline
+    from losslab.present import workbook
 
     assert "full" in workbook.timing_table(section)
     assert any(p.implementation == "full" for p in roofline.points(section))
@@ -385,7 +392,7 @@ def test_custom_cross_entropy_variant_passes():
                    "const int64_t target = targets[blockIdx.x];", source)
     assert fixed != source
     variant = custom.compile_variant("cross_entropy", "fixed", fixed)
-    from losslab.check import check_edge_cases, check_variant
+    from losslab.measure.check import check_edge_cases, check_variant
 
     checks = check_variant("cross_entropy", variant, (257, 4099)) + check_edge_cases("cross_entropy", variant)
     assert all(c.passed for c in checks), [c for c in checks if not c.passed][:3]

@@ -16,10 +16,11 @@ import textwrap
 import pytest
 import torch
 
-from losslab import build, problems
+from losslab import build
+from losslab import problems
 from losslab.__main__ import main
-from losslab.evaluate import STATUSES, Verdict, evaluate
-from losslab.export import ExportError, cuda_source, export_solution, inline_includes
+from losslab.kernelbench.evaluate import STATUSES, Verdict, evaluate
+from losslab.kernelbench.export import ExportError, cuda_source, export_solution, inline_includes
 
 PAIRS = [(p, v) for p in problems.names() for v in problems.get(p).variants]
 # the batchmean mistake: divide by every element, not by the batch size (kl_div vectorized.cu)
@@ -102,7 +103,7 @@ def test_failed_verdict_says_why_and_what_to_do(status, result, expected):
 
 
 def test_every_failure_has_advice():
-    from losslab.evaluate import ADVICE
+    from losslab.kernelbench.evaluate import ADVICE
 
     assert set(ADVICE) == set(STATUSES) - {"passed"}
 

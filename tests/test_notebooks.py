@@ -18,9 +18,10 @@ REASON = "notebook tests need nbformat and papermill (pip install -r requirement
 nbformat = pytest.importorskip("nbformat", reason=REASON)
 papermill = pytest.importorskip("papermill", reason=REASON)
 
-from losslab import problems, report, results, workbook  # noqa: E402 (after the skips)
-from losslab.bench import BenchRow
-from losslab.check import CheckResult
+from losslab import problems, records  # noqa: E402 (after the skips)
+from losslab.measure.bench import BenchRow  # noqa: E402
+from losslab.measure.check import CheckResult  # noqa: E402
+from losslab.present import report, workbook  # noqa: E402
 
 NOTEBOOKS = report.notebooks()
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -50,15 +51,15 @@ def fixture_section(problem: str = "kl_div", device: str = "Fixture GPU", fresh:
               for v in spec.variants for case in cases for d in ("forward", "backward")]
     checks[1] = CheckResult(problem, "naive", cases[0], (3, 1000), "backward", 1.0, 1e-6, False, "fixture failure")
     return {"device": device, "date": "2000-01-01T00:00:00+00:00", "torch": "fixture", "cuda": "fixture",
-            "kernels_sha256": results.kernels_sha256(problem) if fresh else "0" * 64, "shape": list(shape),
+            "kernels_sha256": records.kernels_sha256(problem) if fresh else "0" * 64, "shape": list(shape),
             "dtype": "float32", "repeats": 20, "bandwidth_gbps": bandwidth,
             "rows": [r.as_dict() for r in rows], "checks": [c.as_dict() for c in checks]}
 
 
 @pytest.fixture
-def records(tmp_path) -> Path:
+def recorded_dir(tmp_path) -> Path:
     """A results folder holding one fixture record for kl_div."""
-    results.save_section("kl_div", fixture_section(), tmp_path)
+    records.save_section("kl_div", fixture_section(), tmp_path)
     return tmp_path
 
 
@@ -143,18 +144,18 @@ def test_index_states_what_the_notebooks_show(built):
     """With a record: its device, date and kernel hash; without one: that there is none."""
     index = (built / "index.html").read_text()
     try:
-        section = results.latest_section("kl_div")
+        section = records.latest_section("kl_div")
     except LookupError:
         assert "no results recorded yet" in index
     else:
         assert section["device"] in index and section["kernels_sha256"][:12] in index
 
 
-def test_notebook_renders_a_record(records, tmp_path):
+def test_notebook_renders_a_record(recorded_dir, tmp_path):
     """01 on a fixture record: the banner names it as recorded, the tables and the chart appear."""
     out = tmp_path / "out.ipynb"
     papermill.execute_notebook(str(report.NOTEBOOKS / "01_kl_div.ipynb"), str(out), kernel_name=report.KERNEL_NAME,
-                               parameters={"results_dir": str(records), "live": False}, progress_bar=False)
+                               parameters={"results_dir": str(recorded_dir), "live": False}, progress_bar=False)
     executed = nbformat.read(out, as_version=4)
     text = all_text(executed)
     assert "RECORDED results" in text and "Fixture GPU" in text and "2000-01-01" in text
@@ -174,17 +175,17 @@ def test_no_record_gives_none_and_says_so(tmp_path):
         assert "No results yet" in render(None)
 
 
-def test_load_recorded(records):
-    section = workbook.load_results("kl_div", live=False, results_dir=records)
+def test_load_recorded(recorded_dir):
+    section = workbook.load_results("kl_div", live=False, results_dir=recorded_dir)
     assert section["source"] == "recorded" and section["problem"] == "kl_div"
     assert section["device"] == "Fixture GPU"
     # a device by its file-name slug; an unknown device has no record
-    assert workbook.load_results("kl_div", device="fixture-gpu", live=False, results_dir=records)
-    assert workbook.load_results("kl_div", device="Other GPU", live=False, results_dir=records) is None
+    assert workbook.load_results("kl_div", device="fixture-gpu", live=False, results_dir=recorded_dir)
+    assert workbook.load_results("kl_div", device="Other GPU", live=False, results_dir=recorded_dir) is None
 
 
-def test_load_recorded_keeps_the_variants_asked_for(records):
-    section = workbook.load_results("kl_div", variants=["vectorized"], live=False, results_dir=records)
+def test_load_recorded_keeps_the_variants_asked_for(recorded_dir):
+    section = workbook.load_results("kl_div", variants=["vectorized"], live=False, results_dir=recorded_dir)
     assert {r["implementation"] for r in section["rows"]} == {"vectorized", "eager", "compile"}
     assert {c["variant"] for c in section["checks"]} == {"vectorized"}
 

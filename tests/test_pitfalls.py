@@ -10,7 +10,8 @@ import math
 import pytest
 import torch
 
-from losslab import pitfalls, results
+from losslab.teach import pitfalls
+from losslab import records
 from losslab.__main__ import main
 
 KEYS = [p.key for p in pitfalls.PITFALLS]
@@ -62,7 +63,7 @@ def test_no_record_says_so():
 
 def test_record_round_trip_and_render(tmp_path):
     for rec in (fixture_record(), fixture_record("Other GPU", "1999-01-01T00:00:00+00:00")):
-        (tmp_path / f"{results.device_slug(rec['device'])}.json").write_text(json.dumps(rec))
+        (tmp_path / f"{records.device_slug(rec['device'])}.json").write_text(json.dumps(rec))
     rec = pitfalls.load_record(results_dir=tmp_path)
     assert rec["device"] == "Fixture GPU"  # the newest
     assert pitfalls.load_record("other-gpu", tmp_path)["device"] == "Other GPU"
@@ -73,12 +74,12 @@ def test_record_round_trip_and_render(tmp_path):
 
 
 def test_records_stay_out_of_the_bench_records(tmp_path):
-    """Pitfall records live in a subfolder, which results.load_records does not read."""
-    results.save_section("kl_div", {"device": "Fixture GPU", "date": "2000-01-01T00:00:00+00:00"}, tmp_path)
+    """Pitfall records live in a subfolder, which records.load_records does not read."""
+    records.save_section("kl_div", {"device": "Fixture GPU", "date": "2000-01-01T00:00:00+00:00"}, tmp_path)
     (tmp_path / "pitfalls").mkdir()
     (tmp_path / "pitfalls" / "fixture-gpu.json").write_text(json.dumps(fixture_record()))
-    assert len(results.load_records(tmp_path)) == 1
-    assert pitfalls.RECORDS.parent == results.RESULTS_DIR
+    assert len(records.load_records(tmp_path)) == 1
+    assert pitfalls.RECORDS.parent == records.RESULTS_DIR
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message given without a GPU")
@@ -90,7 +91,7 @@ def test_cli_without_gpu_says_why():
 @pytest.mark.compile
 @pytest.mark.parametrize("key", [p.key for p in pitfalls.PITFALLS if not p.host])
 def test_cuda_pitfalls_compile(key, tmp_path):
-    from losslab import custom
+    from losslab.teach import custom
 
     p = pitfalls.get(key)
     custom.check_source(p.problem, p.source.read_text(), key, root=tmp_path)

@@ -11,7 +11,9 @@ import re
 import pytest
 import torch
 
-from losslab import build, profile, roofline
+from losslab import build
+from losslab.measure import ncu
+from losslab.present import roofline
 from losslab.__main__ import main
 
 SEED = (16384, 16384)
@@ -105,7 +107,7 @@ LABELS = [{"implementation": "naive", "kind": "variant", "direction": "forward"}
 
 
 def test_ncu_csv_parses_per_kernel_in_base_units():
-    kernels = profile.parse_ncu_csv(NCU_CSV)
+    kernels = ncu.parse_ncu_csv(NCU_CSV)
     assert [k["id"] for k in kernels] == [0, 1, 2, 3, 4, 5, 6]
     naive = kernels[1]
     assert naive["dram__bytes_read.sum"] == 8 * 2**30   # thousands separators removed
@@ -114,7 +116,7 @@ def test_ncu_csv_parses_per_kernel_in_base_units():
 
 
 def test_ncu_kernels_are_attributed_between_markers():
-    records = profile.attribute(profile.parse_ncu_csv(NCU_CSV), LABELS)
+    records = ncu.attribute(ncu.parse_ncu_csv(NCU_CSV), LABELS)
     forward, backward = records  # the kernels after the last marker (label None) are dropped
     assert forward["direction"] == "forward" and forward["launches"] == 2  # the kernel and sum_partials
     assert forward["dram_bytes_read"] == 8 * 2**30 + 65536
@@ -129,19 +131,19 @@ def test_ncu_kernels_are_attributed_between_markers():
     ("Traceback (most recent call last):\nRuntimeError: boom", "failed"),
 ])
 def test_ncu_refusals_become_a_status(output, status):
-    got, message = profile._diagnose(output, 1)
+    got, message = ncu._diagnose(output, 1)
     assert got == status and message
 
 
 def test_missing_ncu_is_a_status_not_an_error(monkeypatch):
-    monkeypatch.setattr(profile, "find_ncu", lambda: None)
-    result = profile.profile_problem("kl_div", (8, 300))
+    monkeypatch.setattr(ncu, "find_ncu", lambda: None)
+    result = ncu.profile_problem("kl_div", (8, 300))
     assert result["status"] == "unavailable" and "ncu" in result["message"] and result["records"] == []
-    assert "unavailable" in profile.format_table(result)
+    assert "unavailable" in ncu.format_table(result)
 
 
 def test_ncu_table_lists_each_record():
-    table = profile.format_table(fixture_section()["ncu"])
+    table = ncu.format_table(fixture_section()["ncu"])
     assert "naive" in table and "8589.9" in table  # DRAM read MB of the fixture
 
 

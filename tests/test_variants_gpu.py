@@ -8,7 +8,9 @@ import pytest
 import torch
 
 import losslab
-from losslab import build, check, problems
+from losslab import build
+from losslab.measure import check
+from losslab import problems
 
 pytestmark = pytest.mark.gpu
 SIZED = [(p, v, s, d) for p, v in losslab.all_variants() for s in problems.get(p).sizes

@@ -23,9 +23,9 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 
-from .. import build
-from ..validation import require_cuda, require_tensor
-from . import LADDER, Cost, Problem, misaligned_view
+from losslab import build
+from losslab.validation import require_cuda, require_tensor
+from losslab.problems import LADDER, Cost, Problem, misaligned_view
 
 KNOWN_DTYPES = (torch.float32, torch.bfloat16, torch.float16)  # what validate lets through to check_dtype
 # Rungs with templated kernels take 16-bit logits (math in fp32); the teaching rungs float32 only.

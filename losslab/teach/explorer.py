@@ -19,8 +19,9 @@ from pathlib import Path
 
 import torch
 
-from . import problems, workbook
-from .bench import PEERS
+from losslab import problems
+from losslab.present import workbook
+from losslab.measure.bench import PEERS
 
 LAUNCH_NOTE = ("Launch configuration: none of the shipped variants exposes one (each kernel file fixes "
                "THREADS = 256 at compile time), so there is nothing to choose here yet.")
@@ -78,8 +79,8 @@ class Explorer:
     # --- the rows ---------------------------------------------------------------------------------
 
     def _measure(self, problem: str, implementation: str, shape: tuple[int, int], dtype: str) -> list[dict]:
-        from .bench import bench_problem
-        from .roofline import measure_bandwidth
+        from losslab.measure.bench import bench_problem
+        from losslab.present.roofline import measure_bandwidth
 
         key = (problem, implementation, shape, dtype, self.repeats)
         if key not in self._rows:
@@ -106,7 +107,7 @@ class Explorer:
             rows = [r for r in rows if r["kind"] == "peer" or r["implementation"] in sel.variants]
             return {**section, "rows": rows, "dtype": sel.dtype,
                     "checks": [c for c in section["checks"] if c["variant"] in sel.variants]}
-        from . import results
+        from losslab import records
 
         shape = tuple(spec.sizes[sel.size])
         rows = [dict(r) for impl in (*sel.variants, *self.peers)
@@ -114,7 +115,7 @@ class Explorer:
         for row in rows:  # speedups over the peers, across separately measured rows
             row["speedup"] = {p["implementation"]: p["median_ms"] / row["median_ms"] for p in rows
                               if p["kind"] == "peer" and p["direction"] == row["direction"] and p is not row}
-        section = results.provenance(sel.problem)
+        section = records.provenance(sel.problem)
         section.update(shape=list(shape), dtype=sel.dtype, repeats=self.repeats, bandwidth_gbps=self._bandwidth,
                        rows=rows, checks=[], problem=sel.problem, source="live")
         return section
@@ -151,7 +152,7 @@ class Explorer:
         """The roofline of ``section`` on a Figure made without pyplot (shown once per display)."""
         from matplotlib.figure import Figure
 
-        from .roofline import plot_roofline
+        from losslab.present.roofline import plot_roofline
 
         fig = Figure(figsize=(8, 5), layout="constrained")
         plot_roofline(section, ax=fig.subplots())

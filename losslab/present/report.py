@@ -24,9 +24,10 @@ import nbformat
 import papermill
 from nbconvert import HTMLExporter
 
-from . import problems, results
-from .build import ROOT
-from .workbook import METADATA_KEY
+from losslab import problems
+from losslab import records
+from losslab.build import ROOT
+from losslab.present.workbook import METADATA_KEY
 
 NOTEBOOKS = ROOT / "notebooks"
 KERNEL_NAME = "python3"  # ipykernel's own kernel: runs on the Python that runs papermill (the venv's)
@@ -112,7 +113,7 @@ def _provenance_html(shows: list[dict]) -> str:
     return "<br>".join(items)
 
 
-def write_index(output_dir: Path, reports: list[NotebookReport], results_dir: Path = results.RESULTS_DIR) -> Path:
+def write_index(output_dir: Path, reports: list[NotebookReport], results_dir: Path = records.RESULTS_DIR) -> Path:
     """Write ``output_dir/index.html``: each notebook's HTML, executed copy, figures and the
     provenance of the results it shows, then every recorded result. Returns its path."""
     rows = []
@@ -123,17 +124,17 @@ def write_index(output_dir: Path, reports: list[NotebookReport], results_dir: Pa
         rows.append(f'<tr><td><a href="{rel(r.html)}">{html.escape(r.name)}</a><br>'
                     f'<small><a href="{rel(r.executed)}">executed .ipynb</a> &middot; {status}</small></td>'
                     f"<td>{_provenance_html(r.shows)}</td><td>{figures}</td></tr>")
-    records = []
-    for record in results.load_records(results_dir):
+    recorded = []
+    for record in records.load_records(results_dir):
         for problem, section in sorted(record["problems"].items()):
-            fresh = "yes" if results.is_fresh(section, problem) else "<b>no</b>"
-            records.append(f"<tr><td>{html.escape(record['device'])}</td><td>{html.escape(problem)}</td>"
+            fresh = "yes" if records.is_fresh(section, problem) else "<b>no</b>"
+            recorded.append(f"<tr><td>{html.escape(record['device'])}</td><td>{html.escape(problem)}</td>"
                            f"<td>{html.escape(section['date'])}</td><td>torch {html.escape(section['torch'])}, "
                            f"CUDA {html.escape(str(section['cuda']))}</td>"
                            f"<td><code>{section['kernels_sha256'][:12]}</code></td><td>{fresh}</td></tr>")
     records_html = ("<table><tr><th>device</th><th>problem</th><th>date (UTC)</th><th>versions</th>"
-                    "<th>kernels sha256</th><th>matches kernels/</th></tr>" + "".join(records) + "</table>"
-                    if records else "<p>No results recorded yet: run <code>python -m losslab bench &lt;problem&gt;</code> "
+                    "<th>kernels sha256</th><th>matches kernels/</th></tr>" + "".join(recorded) + "</table>"
+                    if recorded else "<p>No results recorded yet: run <code>python -m losslab bench &lt;problem&gt;</code> "
                                     "on a GPU machine and commit <code>reports/results/</code>.</p>")
     page = f"""<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>losslab report</title>
@@ -141,7 +142,7 @@ def write_index(output_dir: Path, reports: list[NotebookReport], results_dir: Pa
 table{{border-collapse:collapse}} tr{{border-bottom:1px solid #ddd}}</style></head>
 <body><h1>losslab report</h1>
 <p>Built {time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}; current kernels sha256:
-{", ".join(f"{p} <code>{results.kernels_sha256(p)[:12]}</code>" for p in problems.names())}.</p>
+{", ".join(f"{p} <code>{records.kernels_sha256(p)[:12]}</code>" for p in problems.names())}.</p>
 <h2>Notebooks</h2>
 <table><tr><th>notebook</th><th>results shown</th><th>figures</th></tr>{"".join(rows)}</table>
 <h2>Recorded results</h2>{records_html}

@@ -21,8 +21,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from . import problems
-from .build import KERNELS
+from losslab import problems
+from losslab.build import KERNELS
 
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 _PRAGMA_ONCE = re.compile(r"^\s*#\s*pragma\s+once\b")

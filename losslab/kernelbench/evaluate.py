@@ -5,7 +5,7 @@
 
 SECURITY: evaluating a solution RUNS ITS CODE (its Python at import, its C++/CUDA at build
 and launch), with your user's rights. Evaluate only files you would run yourself. The file
-is never imported into the calling process: a child process (``losslab._evaluate_child``)
+is never imported into the calling process: a child process (``losslab.kernelbench.child``)
 loads it, in a fresh temporary working directory, with its own TORCH_EXTENSIONS_DIR (so it
 neither reads nor overwrites another build), under a time limit after which its whole
 process group is killed. This isolates faults (a hang, a crash, a broken CUDA context), not
@@ -43,8 +43,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from . import problems
-from .bench import FLUSH_BYTES
+from losslab import problems
+from losslab.measure.bench import FLUSH_BYTES
 
 STATUSES = ("passed", "compile_error", "raised", "wrong_shape", "wrong_values", "too_slow",
             "timed_out", "crashed", "no_gpu")
@@ -179,12 +179,12 @@ def _child_env(work: Path, build_dir: Path) -> dict[str, str]:
     """The child's environment: the caller's, with its own build cache and losslab importable."""
     env = dict(os.environ)
     env["TORCH_EXTENSIONS_DIR"] = str(build_dir)
-    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parent.parent),
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[2]),
                                          *filter(None, [os.environ.get("PYTHONPATH")])])
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     if "CUDA_HOME" not in env:  # torch guesses wrong next to an nvcc wrapper script (DESIGN.md)
         try:
-            from .build import find_cuda_home
+            from losslab.build import find_cuda_home
 
             env["CUDA_HOME"] = str(find_cuda_home())
         except Exception:  # noqa: BLE001 - no toolkit: the solution's build says so itself
@@ -256,7 +256,7 @@ def evaluate(solution_path: str | os.PathLike, problem: str, *, size: str | tupl
         (work / "config.json").write_text(json.dumps(config))
         build = Path(build_dir).resolve() if build_dir else work / "torch_extensions"
         with open(work / "stdout.txt", "wb") as out, open(work / "stderr.txt", "wb") as err:
-            child = subprocess.Popen([sys.executable, "-m", "losslab._evaluate_child", str(work / "config.json")],
+            child = subprocess.Popen([sys.executable, "-m", "losslab.kernelbench.child", str(work / "config.json")],
                                      cwd=work, env=_child_env(work, build), stdin=subprocess.DEVNULL,
                                      stdout=out, stderr=err, start_new_session=True)
             try:

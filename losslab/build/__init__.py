@@ -18,7 +18,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 KERNELS = ROOT / "kernels"
 CSRC = Path(__file__).resolve().parent / "csrc"
 NVCC_FLAGS = ("-O3", "-std=c++17", "-lineinfo")

@@ -14,7 +14,7 @@ Datasheet figures are shown beside them, labelled as such, with their source.
 The roofline places each (implementation, direction) of a recorded bench
 section at its model arithmetic intensity (cost-model FLOP / minimum bytes)
 and its achieved FLOP/s (cost-model FLOP / measured median time). Where
-Nsight Compute ran (``losslab.profile``), a hollow marker at the same height
+Nsight Compute ran (``losslab.measure.ncu``), a hollow marker at the same height
 shows the intensity over the DRAM bytes the kernels really moved.
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from . import problems
+from losslab import problems
 
 BANDWIDTH_BYTES = 2**30  # 1 GiB: far beyond any L2
 BLOCKS_PER_SM = 8        # x 256 threads: 2048 threads, a full SM
@@ -98,8 +98,8 @@ def measure_bandwidth_methods(nbytes: int = BANDWIDTH_BYTES, repeats: int = 20) 
     vectorized forward, which reads two tensors at once), which would put a rung
     above its ceiling; the ceiling is the best of them (:func:`best_bandwidth`).
     """
-    from . import build
-    from .bench import time_cuda
+    from losslab import build
+    from losslab.measure.bench import time_cuda
 
     source = torch.rand(nbytes // 4, device="cuda")
     dest = torch.empty_like(source)
@@ -132,8 +132,8 @@ def measure_compute(repeats: int = 10) -> dict[str, float]:
     Raises:
         build.BuildError: the ceilings kernels cannot be built here.
     """
-    from . import build
-    from .bench import time_cuda
+    from losslab import build
+    from losslab.measure.bench import time_cuda
 
     ext = build.load_extension("ceilings")
     blocks = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count * BLOCKS_PER_SM
@@ -157,7 +157,7 @@ def measure_ceilings(repeats: int = 20) -> dict:
     :data:`DATASHEETS`, each with its source) or None; and ``compute_error``
     (a message) instead of the compute keys when the ceilings kernels cannot be built.
     """
-    from .build import BuildError
+    from losslab.build import BuildError
 
     by_method = measure_bandwidth_methods(repeats=repeats)
     bandwidth = best_bandwidth(by_method)
@@ -438,14 +438,14 @@ def write_figures(problem_names: list[str] | None = None, output_dir: Path | str
     matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
 
-    from . import results
+    from losslab import records
 
-    results_dir = Path(results_dir) if results_dir else results.RESULTS_DIR
+    results_dir = Path(results_dir) if results_dir else records.RESULTS_DIR
     problem_names = list(problem_names or problems.names())
     found = {}
     for name in problem_names:
         try:
-            found[name] = results.latest_section(name, device, results_dir)
+            found[name] = records.latest_section(name, device, results_dir)
         except LookupError as err:
             print(f"losslab roofline: {err}", file=sys.stderr)
     if not found:
@@ -477,20 +477,20 @@ def live_section(problem: str, size: str = "seed", variants: list[str] | None = 
 
     Returns a dict shaped like a recorded section (see ``__main__.cmd_bench``) with ``"live": True``.
     """
-    from . import results
-    from .bench import PEERS, bench_problem
+    from losslab import records
+    from losslab.measure.bench import PEERS, bench_problem
 
     spec = problems.get(problem)
     shape = spec.sizes[size]
     ceilings = measure_ceilings()
     bandwidth = {"read": ceilings["read_gbps"], "copy": ceilings["copy_gbps"]}
     peers = tuple(p for p in PEERS if compile_peer or p != "compile")
-    section = results.provenance(problem)
+    section = records.provenance(problem)
     rows = bench_problem(problem, shape, variants, peers=peers, repeats=repeats, bandwidth=bandwidth)
     section.update(shape=list(shape), dtype="float32", repeats=repeats, bandwidth_gbps=bandwidth,
                    rows=[r.as_dict() for r in rows], checks=[], ceilings=ceilings, live=True)
     if ncu:
-        from .profile import profile_problem
+        from losslab.measure.ncu import profile_problem
 
         section["ncu"] = profile_problem(problem, shape, variants, peers)
     return section

@@ -28,7 +28,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .build import ROOT
+from losslab.build import ROOT
 
 NCU_METRICS = (
     "dram__bytes_read.sum",
@@ -49,7 +49,7 @@ def find_ncu() -> str | None:
     if shutil.which("ncu"):
         return shutil.which("ncu")
     try:
-        from .build import find_cuda_home
+        from losslab.build import find_cuda_home
 
         candidate = find_cuda_home() / "bin" / "ncu"
         return str(candidate) if candidate.is_file() else None
@@ -147,7 +147,7 @@ def profile_problem(problem: str, shape: tuple[int, int] | None = None, variants
     """
     import torch
 
-    from . import problems
+    from losslab import problems
 
     spec = problems.get(problem)
     shape = tuple(shape or spec.sizes["seed"])
@@ -166,7 +166,7 @@ def profile_problem(problem: str, shape: tuple[int, int] | None = None, variants
         labels_path = Path(tmp) / "labels.json"
         cmd = [ncu, "--clock-control", "none", "--profile-from-start", "off", "--csv", "--print-units", "base",
                "--metrics", ",".join(NCU_METRICS),
-               sys.executable, "-m", "losslab.profile", problem, "--shape", f"{shape[0]}x{shape[1]}",
+               sys.executable, "-m", "losslab.measure.ncu", problem, "--shape", f"{shape[0]}x{shape[1]}",
                "--variants", ",".join(variants), "--peers", ",".join(peers), "--labels", str(labels_path)]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
         try:
@@ -204,8 +204,8 @@ def _child(problem: str, shape: tuple[int, int], variants: list[str], peers: tup
     """Run under ncu: one launch per (implementation, direction), each after a marker kernel."""
     import torch
 
-    from . import problems
-    from .bench import implementations
+    from losslab import problems
+    from losslab.measure.bench import implementations
 
     spec = problems.get(problem)
     inputs = spec.make_inputs(shape, seed=0, device="cuda")

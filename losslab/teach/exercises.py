@@ -1,13 +1,13 @@
 """Graded exercises that follow the ladder: a skeleton to complete, a grader, a solution.
 
-    from losslab import exercises
+    from losslab.teach import exercises
     exercises.task("coalesce")          # what to do, and the skeleton's source
     exercises.grade("coalesce")         # compile, machine code, and (on a GPU) the checks
 
 Each exercise is a CUDA file under ``exercises/<problem>/`` that compiles but fails the
 check until its ``FILL ME IN`` is done; its solution is under
 ``exercises/solutions/<problem>/``. Both define the launchers of a custom variant
-(``losslab.custom``); the backward is the shipped warp_shuffle rung's. A grade is green
+(``losslab.teach.custom``); the backward is the shipped warp_shuffle rung's. A grade is green
 when the source compiles, its machine code shows the rung's idea (where an opcode shows
 it) and every check against the float64 reference passes. Without a GPU the grade
 compiles the source, reads its SASS and says that the checks need a GPU.
@@ -20,7 +20,8 @@ from pathlib import Path
 
 import torch
 
-from . import build, custom
+from losslab import build
+from losslab.teach import custom
 
 ROOT = build.ROOT / "exercises"
 SIZES = ("small", "odd", "narrow", "scalar")  # graded sizes: aligned, odd, few rows, one element
@@ -75,7 +76,7 @@ def _pre(text: str) -> str:
 def task(key: str) -> str:
     """The exercise's task and its skeleton's source (with its path, to open and edit), as a
     ``workbook.Html``."""
-    from .workbook import Html
+    from losslab.present.workbook import Html
 
     e = get(key)
     path = e.skeleton.relative_to(build.ROOT)
@@ -168,8 +169,8 @@ def grade(key: str, source: str | None = None, *, solution: bool = False, gpu: b
     if not gpu:
         result.note = "; ".join([*notes, "the checks need a CUDA GPU and none is visible here"])
         return result
-    from . import problems
-    from .check import check_edge_cases, check_variant
+    from losslab import problems
+    from losslab.measure.check import check_edge_cases, check_variant
 
     variant = custom.compile_variant(e.problem, e.key, source)
     spec = problems.get(e.problem)

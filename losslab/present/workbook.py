@@ -23,9 +23,10 @@ from pathlib import Path
 
 import torch
 
-from . import problems, results
-from .bench import PEERS
-from .build import KERNELS
+from losslab import problems
+from losslab import records
+from losslab.measure.bench import PEERS
+from losslab.build import KERNELS
 
 METADATA_KEY = "losslab"  # output metadata key under which the banner records what a notebook shows
 WARP = 32
@@ -75,8 +76,8 @@ def gpu_name() -> str | None:
 
 def _recorded_device(device: str, results_dir: Path) -> str:
     """The recorded device name that ``device`` (a name or a file-name slug) refers to."""
-    for record in results.load_records(results_dir):
-        if results.device_slug(record["device"]) == results.device_slug(device):
+    for record in records.load_records(results_dir):
+        if records.device_slug(record["device"]) == records.device_slug(device):
             return record["device"]
     return device
 
@@ -112,15 +113,15 @@ def load_results(problem: str, *, device: str | None = None, size: str = "seed",
         spec.check_variant_name(name)
     here = gpu_name()
     if live is None:
-        live = here is not None and (device is None or results.device_slug(device) == results.device_slug(here))
+        live = here is not None and (device is None or records.device_slug(device) == records.device_slug(here))
     if live:
         if here is None:
             raise RuntimeError("live=True needs a CUDA GPU and none is visible here; "
                                "use live=None or False to render the recorded results")
         return _measure(problem, spec.sizes[size], variants, repeats)
-    results_dir = Path(results_dir) if results_dir else results.RESULTS_DIR
+    results_dir = Path(results_dir) if results_dir else records.RESULTS_DIR
     try:
-        section = results.latest_section(problem, device and _recorded_device(device, results_dir), results_dir)
+        section = records.latest_section(problem, device and _recorded_device(device, results_dir), results_dir)
     except LookupError:
         return None
     if variants:  # show the rungs asked for (and the peers), as a live run would
@@ -131,11 +132,11 @@ def load_results(problem: str, *, device: str | None = None, size: str = "seed",
 
 def _measure(problem: str, shape: tuple[int, int], variants: list[str] | None, repeats: int) -> dict:
     """What ``python -m losslab bench`` records, measured now and not saved."""
-    from .bench import bench_problem
-    from .check import check_problem
-    from .roofline import measure_bandwidth
+    from losslab.measure.bench import bench_problem
+    from losslab.measure.check import check_problem
+    from losslab.present.roofline import measure_bandwidth
 
-    section = results.provenance(problem)
+    section = records.provenance(problem)
     bandwidth = measure_bandwidth()
     checks = check_problem(problem, variants)
     rows = bench_problem(problem, shape, variants, repeats=repeats, bandwidth=bandwidth)
@@ -148,7 +149,7 @@ def provenance(section: dict) -> dict:
     """What a banner states: problem, source, device, date, kernel hash, whether it matches kernels/."""
     return {"problem": section["problem"], "source": section["source"], "device": section["device"],
             "date": section["date"], "kernels_sha256": section["kernels_sha256"],
-            "fresh": results.is_fresh(section, section["problem"])}
+            "fresh": records.is_fresh(section, section["problem"])}
 
 
 def _date(iso: str) -> str:
@@ -167,7 +168,7 @@ def banner(section: dict | None, problem: str, size: str | None = None) -> Html:
     """
     if section is None:
         text = (f"No recorded results yet for {problem} (looked in "
-                f"{results.RESULTS_DIR.relative_to(results.RESULTS_DIR.parents[1])}/) and no GPU here: "
+                f"{records.RESULTS_DIR.relative_to(records.RESULTS_DIR.parents[1])}/) and no GPU here: "
                 f"the cells below show the model and the kernels but no measurements. Run "
                 f"`python -m losslab bench {problem}` on a GPU machine and commit the record.")
         return Html(f'<p style="color:#a40"><b>{html.escape(text)}</b></p>', plain=text,

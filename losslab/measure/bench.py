@@ -17,9 +17,9 @@ from typing import Callable
 
 import torch
 
-from . import problems
-from .check import relative_error
-from .variants import variant as get_variant
+from losslab import problems
+from losslab.measure.check import relative_error
+from losslab.ops import variant as get_variant
 
 PEERS = ("eager", "compile", "liger")  # liger only where Liger-Kernel is importable
 FLUSH_BYTES = 256 * 2**20  # > 4x the 50-60 MB L2 of an H100/H200
@@ -131,7 +131,7 @@ class BenchRow:
 
 def implementations(problem: str, variants: list, peers: tuple[str, ...]) -> dict[str, tuple[str, Callable]]:
     """name -> (kind, callable with the reference's signature). A variant is a rung's name
-    or a callable variant object with a ``name`` (e.g. ``losslab.custom.CustomVariant``)."""
+    or a callable variant object with a ``name`` (e.g. ``losslab.teach.custom.CustomVariant``)."""
     spec = problems.get(problem)
     impls = {}
     for v in variants:
@@ -183,7 +183,7 @@ def bench_problem(problem: str, shape: tuple[int, int] | None = None, variants: 
             (``roofline.measure_bandwidth()`` if None).
     Returns one BenchRow per (implementation, direction), with speedups over the peers.
     """
-    from .roofline import measure_bandwidth
+    from losslab.present.roofline import measure_bandwidth
 
     spec = problems.get(problem)
     shape = tuple(shape or spec.sizes["seed"])

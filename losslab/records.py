@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from .build import KERNELS, ROOT
+from losslab.build import KERNELS, ROOT
 
 RESULTS_DIR = ROOT / "reports" / "results"
 

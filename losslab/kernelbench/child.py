@@ -1,6 +1,6 @@
-"""The child process of ``losslab.evaluate``: loads one solution file and judges its ModelNew.
+"""The child process of ``losslab.kernelbench.evaluate``: loads one solution file and judges its ModelNew.
 
-    python -m losslab._evaluate_child CONFIG.json
+    python -m losslab.kernelbench.child CONFIG.json
 
 Run only by ``evaluate.evaluate``, in a temporary working directory with its own
 TORCH_EXTENSIONS_DIR. THIS PROCESS RUNS THE SOLUTION'S CODE. It writes its findings to
@@ -20,9 +20,9 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-from . import problems
-from .bench import peak_extra_memory, time_cuda
-from .check import GRAD_LOSS, TOLERANCES, relative_error
+from losslab import problems
+from losslab.measure.bench import peak_extra_memory, time_cuda
+from losslab.measure.check import GRAD_LOSS, TOLERANCES, relative_error
 
 # KernelBench's torch.allclose tolerances (atol = rtol) per output dtype
 ALLCLOSE_TOL = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 1e-2}

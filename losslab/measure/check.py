@@ -22,8 +22,8 @@ from typing import Callable
 
 import torch
 
-from . import problems
-from .variants import variant as get_variant
+from losslab import problems
+from losslab.ops import variant as get_variant
 
 # Tolerances against float64, per input dtype: (loss, gradient). float32 follows
 # the issue's bounds. bf16/fp16 kernels compute in fp32 on inputs that are
@@ -92,7 +92,7 @@ def resolve(problem: str, variant) -> tuple[str, Callable, Callable, Callable]:
     """(name, op, launch_forward, launch_backward) of ``variant``: the name of one of the
     problem's rungs, or an object with ``name``, ``__call__`` (the op) and the problem
     launchers' ``launch_forward(inputs, out=, needs_grad=, grad_out=)`` and
-    ``launch_backward(saved, grad_loss, out=)`` methods (e.g. ``losslab.custom.CustomVariant``)."""
+    ``launch_backward(saved, grad_loss, out=)`` methods (e.g. ``losslab.teach.custom.CustomVariant``)."""
     if isinstance(variant, str):
         spec = problems.get(problem)
         return (variant, get_variant(problem, variant), functools.partial(spec.launch_forward, variant),

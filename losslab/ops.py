@@ -14,7 +14,7 @@ from typing import Callable
 
 import torch
 
-from . import problems
+from losslab import problems
 
 
 class LossFunction(torch.autograd.Function):

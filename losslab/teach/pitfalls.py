@@ -3,7 +3,7 @@
     python -m losslab pitfalls            # run them here (GPU) and print what the checker saw
     python -m losslab pitfalls --record   # ... and write reports/results/pitfalls/<device>.json
 
-Five are CUDA files under ``pitfalls/<problem>/`` built with ``losslab.custom`` (the wrong
+Five are CUDA files under ``pitfalls/<problem>/`` built with ``losslab.teach.custom`` (the wrong
 line marked ``// PITFALL``); two are host-side mistakes in the Python wrapper around a
 correct kernel. Each outcome is measured, never assumed: the checks' errors, and for the
 atomicAdd and the ``.item()`` pitfalls a determinism probe and a host-timeline probe.
@@ -22,10 +22,13 @@ from pathlib import Path
 
 import torch
 
-from . import build, custom, problems, results
+from losslab import build
+from losslab.teach import custom
+from losslab import problems
+from losslab import records
 
 SOURCES = build.ROOT / "pitfalls"
-RECORDS = results.RESULTS_DIR / "pitfalls"  # a subfolder: results.load_records reads only *.json at the top
+RECORDS = records.RESULTS_DIR / "pitfalls"  # a subfolder: records.load_records reads only *.json at the top
 CHECK_SIZES = ("small", "odd")
 DETERMINISM_SHAPE, DETERMINISM_RUNS = (4096, 4096), 20
 TIMELINE_SIZE, TIMELINE_CALLS = "small", 200
@@ -128,7 +131,7 @@ def _timeline(v: custom.PythonVariant, reference: str = "warp_shuffle") -> dict:
     """Host cost of a sync inside forward: synchronizing calls flagged by torch's sync debug
     mode per forward, and microseconds per call to enqueue ``TIMELINE_CALLS`` forwards
     (host returns) and to finish them, for the pitfall and for the shipped ``reference``."""
-    from .variants import variant as shipped
+    from losslab.ops import variant as shipped
 
     spec = problems.get(v.problem)
     inputs = spec.make_inputs(spec.sizes[TIMELINE_SIZE], seed=0, device="cuda")
@@ -166,7 +169,7 @@ def run(key: str, sizes: tuple[str, ...] = CHECK_SIZES, edge_cases: bool = True)
     Raises:
         RuntimeError: no CUDA GPU.
     """
-    from .check import check_edge_cases, check_variant
+    from losslab.measure.check import check_edge_cases, check_variant
 
     if not torch.cuda.is_available():
         raise RuntimeError("running the pitfalls needs a CUDA GPU and none is visible here")
@@ -211,7 +214,7 @@ def measure(keys: list[str] | None = None, progress: bool = True) -> dict:
 def record(keys: list[str] | None = None, results_dir: Path = RECORDS, progress: bool = True) -> tuple[Path, dict]:
     """:func:`measure`, written to ``<results_dir>/<device>.json``. Returns its path and the record."""
     rec = {**measure(keys, progress), "live": False}
-    path = Path(results_dir) / f"{results.device_slug(rec['device'])}.json"
+    path = Path(results_dir) / f"{records.device_slug(rec['device'])}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(rec, indent=1, sort_keys=True) + "\n")
     return path, rec
@@ -219,10 +222,10 @@ def record(keys: list[str] | None = None, results_dir: Path = RECORDS, progress:
 
 def load_record(device: str | None = None, results_dir: Path | str = RECORDS) -> dict | None:
     """The newest pitfalls record (of ``device``, a name or its slug, if given), or None."""
-    records = [json.loads(p.read_text()) for p in sorted(Path(results_dir).glob("*.json"))]
+    found = [json.loads(p.read_text()) for p in sorted(Path(results_dir).glob("*.json"))]
     if device:
-        records = [r for r in records if results.device_slug(r["device"]) == results.device_slug(device)]
-    return max(records, key=lambda r: r["date"], default=None)
+        found = [r for r in found if records.device_slug(r["device"]) == records.device_slug(device)]
+    return max(found, key=lambda r: r["date"], default=None)
 
 
 # --- showing them ------------------------------------------------------------------------------------
@@ -260,7 +263,7 @@ def _probe_text(key: str, probe: dict | None) -> str:
 def outcome_table(rec: dict | None) -> str:
     """Each pitfall: the checks failed, the worst forward error, the first failure and the
     probe, from a record (or a message that there is none), as a ``workbook.Html`` table."""
-    from .workbook import Html, _table
+    from losslab.present.workbook import Html, _table
 
     if rec is None:
         text = banner(None)
@@ -285,7 +288,7 @@ def outcome_table(rec: dict | None) -> str:
 def outcome(rec: dict | None, key: str) -> str:
     """What the checker saw for pitfall ``key`` in ``rec``: checks failed of run, the worst forward
     error, the first failure, the probe; or that nothing is recorded (a ``workbook.Html``)."""
-    from .workbook import Html
+    from losslab.present.workbook import Html
 
     o = (rec or {}).get("outcomes", {}).get(key)
     if o is None:
@@ -315,7 +318,7 @@ def source_lines(key: str) -> str:
 
 def describe(key: str) -> str:
     """A pitfall's title, the mistake, where the checker should catch it, and its wrong line(s)."""
-    from .workbook import Html
+    from losslab.present.workbook import Html
 
     p = get(key)
     code = source_lines(key)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from . import build
+from losslab import build
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ def _cell(value: str | None, missing: str) -> str:
 
 def table(env: Environment):
     """The tools, found or not, and what each one is for (a ``workbook.Html`` table)."""
-    from .workbook import Html, _table
+    from losslab.present.workbook import Html, _table
 
     rows = [
         ("CUDA GPU", env.gpu, "none visible", "run the kernels: live measurements, checks, exercises graded green"),
@@ -117,7 +117,7 @@ NOTEBOOKS = (
 def notebook_map(env: Environment, folder: Path | None = None):
     """Each notebook: what it covers and what it does on this machine (GPU or not), marking
     those not in ``notebooks/`` yet (a ``workbook.Html`` table)."""
-    from .workbook import Html, _table
+    from losslab.present.workbook import Html, _table
 
     folder = folder or build.ROOT / "notebooks"
     body, plain = [], []
