@@ -1,6 +1,7 @@
 # The two commands of the quick start:
 #   make report   executes the workbook headless into reports/ (recorded results without a GPU)
-#   make test     runs the test tiers (cpu always; compile with nvcc; gpu with a CUDA device)
+#   make test     lints (ruff), then runs the test tiers (cpu always; compile with nvcc; gpu with a CUDA
+#                 device; browser with chromium); pytest's exit 5 (no tests collected) fails it too
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -18,7 +19,8 @@ report: $(VENV)/.installed
 	$(PY) -m losslab report --output reports
 
 test: $(VENV)/.installed
-	$(PY) -m pytest -rs
+	$(PY) -m ruff check losslab tests
+	$(PY) -m pytest
 
 # On a GPU machine with torch already installed: build, test and record results.
 gpu-suite:
