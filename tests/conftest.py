@@ -1,11 +1,25 @@
-"""Test tiers (DESIGN.md): unmarked tests are the cpu tier and run everywhere;
-`compile` needs nvcc, `gpu` needs a CUDA device. A tier whose tool is missing
-is skipped with a reason that says so (shown by `pytest -rs`)."""
+"""Test tiers and the fixtures several test modules share.
+
+Tiers (docs/architecture.md, "Tests"): unmarked tests are the cpu tier and run everywhere;
+``compile`` needs nvcc, ``gpu`` a CUDA device, ``browser`` chromium and playwright. A tier whose
+tool is missing is skipped with a reason that says so (pytest -rs, the default here, prints it).
+
+Shared fixtures (use them by name; never import one test module from another):
+``make_section``  a factory of recorded sections shaped like ``python -m losslab bench`` writes;
+``results_dir``   an empty results folder in tmp_path;
+``recorded_dir``  a results folder holding one fixture record for kl_div.
+The sections hold made-up round numbers and are written only to tmp folders, never under reports/.
+"""
+from __future__ import annotations
+
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
+
+BROWSER = "/usr/bin/chromium"
 
 
 def _skip_reasons() -> dict[str, str]:
@@ -17,7 +31,21 @@ def _skip_reasons() -> dict[str, str]:
         reasons["compile"] = "compile tier skipped: nvcc is not on PATH and CUDA_HOME is unset"
     elif torch.version.cuda is None:
         reasons["compile"] = f"compile tier skipped: torch {torch.__version__} is a CPU-only build"
+    browser = browser_skip_reason()
+    if browser:
+        reasons["browser"] = browser
     return reasons
+
+
+def browser_skip_reason() -> str | None:
+    """Why the browser tier cannot run here, or None if it can."""
+    if not os.access(BROWSER, os.X_OK):
+        return f"browser tier skipped: no {BROWSER} (Debian: apt-get install -y chromium; .ci/run does it as root)"
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "browser tier skipped: the playwright package is missing (pip install -r requirements.txt)"
+    return None
 
 
 def pytest_collection_modifyitems(config, items):
@@ -26,3 +54,69 @@ def pytest_collection_modifyitems(config, items):
         for tier, reason in reasons.items():
             if tier in item.keywords:
                 item.add_marker(pytest.mark.skip(reason=reason))
+
+
+# --- recorded sections ---------------------------------------------------------------------------------
+
+FIXTURE_BANDWIDTH_GBPS = {"read": 1000.0, "copy": 900.0}
+
+
+def fixture_section(problem: str = "kl_div", device: str = "Fixture GPU", fresh: bool = True) -> dict:
+    """A recorded section shaped like `python -m losslab bench` writes, at the problem's seed size in
+    float32, with made-up times: naive 100 ms, the other rungs 1 ms, eager 4 ms, compile 2 ms (GB/s and
+    fractions follow from the cost model and ``FIXTURE_BANDWIDTH_GBPS``); one failing check (naive,
+    backward, the first case). ``fresh=False`` gives a kernel hash that matches no source."""
+    from losslab import problems, records
+    from losslab.measure.bench import BenchRow
+    from losslab.measure.ceilings import bandwidth_kind
+    from losslab.measure.check import CheckResult
+
+    spec = problems.get(problem)
+    shape = spec.sizes["seed"]
+    times = {**{v: 1.0 for v in spec.variants}, "naive": 100.0, "eager": 4.0, "compile": 2.0}
+    rows = []
+    for name, ms in times.items():
+        for direction in problems.DIRECTIONS:
+            cost = spec.cost(shape, direction)
+            ceiling = bandwidth_kind(cost.bytes_written)
+            gbps = cost.bytes / ms / 1e6
+            rows.append(BenchRow(problem=problem, implementation=name,
+                                 kind="peer" if name in ("eager", "compile") else "variant",
+                                 direction=direction, shape=shape, dtype="float32", median_ms=ms, p10_ms=ms,
+                                 p90_ms=ms, repeats=20, gbps=gbps, bandwidth=ceiling,
+                                 fraction_of_bandwidth=gbps / FIXTURE_BANDWIDTH_GBPS[ceiling],
+                                 peak_extra_bytes=2**20, error=1e-7))
+    for row in rows:
+        row.speedup = {p.implementation: p.median_ms / row.median_ms for p in rows
+                       if p.kind == "peer" and p.direction == row.direction and p is not row}
+    cases = ["random 3x1000", "B = 1 (one row)"]
+    checks = [CheckResult(problem, v, case, (3, 1000), d, 1e-8, 1e-5, True)
+              for v in spec.variants for case in cases for d in ("forward", "backward")]
+    checks[1] = CheckResult(problem, "naive", cases[0], (3, 1000), "backward", 1.0, 1e-6, False, "fixture failure")
+    return {"device": device, "date": "2000-01-01T00:00:00+00:00", "torch": "fixture", "cuda": "fixture",
+            "kernels_sha256": records.kernels_sha256(problem) if fresh else "0" * 64, "shape": list(shape),
+            "dtype": "float32", "repeats": 20, "bandwidth_gbps": dict(FIXTURE_BANDWIDTH_GBPS),
+            "rows": [r.as_dict() for r in rows], "checks": [c.as_dict() for c in checks]}
+
+
+@pytest.fixture
+def make_section():
+    """``make_section(problem="kl_div", device="Fixture GPU", fresh=True) -> dict``: see ``fixture_section``."""
+    return fixture_section
+
+
+@pytest.fixture
+def results_dir(tmp_path) -> Path:
+    """An empty folder to record results into (never reports/results/)."""
+    folder = tmp_path / "results"
+    folder.mkdir()
+    return folder
+
+
+@pytest.fixture
+def recorded_dir(results_dir) -> Path:
+    """A results folder holding one fixture record: kl_div on "Fixture GPU"."""
+    from losslab import records
+
+    records.save_section("kl_div", fixture_section(), results_dir)
+    return results_dir
