@@ -2,7 +2,7 @@
 
     python -m losslab list                      problems, variants and sizes
     python -m losslab check kl_div              every variant against float64, edge cases
-    python -m losslab bench kl_div              check, time, record under reports/results/
+    python -m losslab bench kl_div              check, time, add to the record under reports/results/
     python -m losslab bench kl_div --ncu        ... and measure DRAM traffic with Nsight Compute
     python -m losslab bench --all               every problem, then the best variant against each peer
     python -m losslab summary                   that summary from the newest recorded results
@@ -12,29 +12,184 @@
     python -m losslab evaluate solution.py --problem kl_div   judge a ModelNew file (GPU; runs its code)
     python -m losslab pitfalls --record         run the deliberate mistakes (GPU), record what the checker saw
 
-``check`` and ``bench`` need a CUDA GPU; ``list``, ``roofline`` and ``report`` run anywhere
-(without a GPU the notebooks render the recorded results).
+``check`` and ``bench`` need a CUDA GPU; ``list``, ``summary``, ``roofline`` and ``report`` run
+anywhere (without a GPU the notebooks render the recorded results). Every argument is checked
+before any GPU work starts; a mistake prints one line, ``losslab <command>: <argument>: <what was
+expected>``, and exits with status 2.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import sys
 from pathlib import Path
 
-from losslab import problems
+from losslab import problems, records
+from losslab.measure.peers import PEERS
+
+SIZE_HELP = "a size name of the problem (python -m losslab list) or ROWSxCOLUMNS such as 257x4099"
 
 
-def _shape(text: str) -> tuple[int, int]:
-    rows, _, cols = text.lower().partition("x")
+class UsageError(Exception):
+    """A command-line value that cannot be used: ``argument`` names it, the message says what was expected."""
+
+    def __init__(self, argument: str, expected: str):
+        super().__init__(f"{argument}: {expected}")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a mistake as one line, ``losslab <command>: <argument>: <expected>``."""
+
+    def error(self, message: str):
+        command = self.prog.split()[-1] if self.prog.split()[-1] != "losslab" else ""
+        message = re.sub(r"^argument ([^:]+): ", lambda m: f"{m.group(1).split('/')[0]}: ", message)
+        self.exit(2, f"losslab{' ' + command if command else ''}: {message}\n")
+
+
+# --- value parsers (argparse types): each raises ArgumentTypeError with what was expected ------------------
+
+def _positive_int(text: str) -> int:
     try:
-        return int(rows), int(cols)
+        value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected ROWSxCOLUMNS such as 257x4099, got {text!r}") from None
+        value = 0
+    if value < 1 or str(value) != text.strip().lstrip("+"):
+        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}")
+    return value
 
 
-def _resolve_shape(spec: problems.Problem, size: str) -> tuple[int, int]:
-    return spec.sizes[size] if size in spec.sizes else _shape(size)
+def _size(text: str) -> str | tuple[int, int]:
+    """A size name (checked per problem later) or ROWSxCOLUMNS with two positive integers."""
+    names = {name for p in problems.names() for name in problems.get(p).sizes}
+    if text in names:
+        return text
+    match = re.fullmatch(r"\s*(\d+)\s*[xX]\s*(\d+)\s*", text)
+    if not match or min(int(match[1]), int(match[2])) < 1:
+        raise argparse.ArgumentTypeError(f"expected {SIZE_HELP} (two positive dimensions; "
+                                         f"size names: {', '.join(sorted(names))}), got {text!r}")
+    return int(match[1]), int(match[2])
+
+
+def _problem(text: str) -> str:
+    if text not in problems.names():
+        raise argparse.ArgumentTypeError(f"expected one of {', '.join(problems.names())}, got {text!r}")
+    return text
+
+
+def _dtypes(text: str) -> list[str]:
+    names = [d.strip() for d in text.split(",") if d.strip()]
+    bad = [d for d in names if d not in records.DTYPES]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(f"expected a comma-separated list of {', '.join(records.DTYPES)}, "
+                                         f"got {text!r}")
+    return names
+
+
+def _names(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError(f"expected a comma-separated list of names, got {text!r}")
+    return names
+
+
+def _existing_file(text: str) -> Path:
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"expected a file, got the directory {text!r}")
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"expected an existing file, got {text!r} (no such file)")
+    return path
+
+
+def _output_file(text: str) -> Path:
+    """A path a file can be written to: its folder exists, and it is not a folder or a read-only file."""
+    path = Path(text)
+    folder = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"expected a file path to write, got the directory {text!r}")
+    if not folder.is_dir():
+        raise argparse.ArgumentTypeError(f"expected a file in an existing folder, but {str(folder)!r} does not exist")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise argparse.ArgumentTypeError(f"expected a writable file, but {text!r} is read-only")
+    if not path.exists() and not os.access(folder, os.W_OK):
+        raise argparse.ArgumentTypeError(f"expected a file in a writable folder, but {str(folder)!r} is read-only")
+    return path
+
+
+def _output_folder(text: str) -> Path:
+    """A folder to write into: it exists and is writable, or can be made inside a writable folder."""
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"expected a folder, but {text!r} is a file")
+    existing = path
+    while not existing.exists():
+        existing = existing.parent
+    if not os.access(existing, os.W_OK):
+        raise argparse.ArgumentTypeError(f"expected a writable folder, but {str(existing)!r} is read-only")
+    return path
+
+
+# --- checks that need more than one argument ---------------------------------------------------------
+
+def _shape_for(problem: str, size) -> tuple[int, int]:
+    """``size`` (a name or a pair) as (rows, columns) of ``problem``.
+
+    Raises:
+        UsageError: a name the problem does not have.
+    """
+    spec = problems.get(problem)
+    if isinstance(size, tuple):
+        return size
+    if size not in spec.sizes:
+        raise UsageError("--size", f"{problem} has no size {size!r}; expected one of {', '.join(spec.sizes)} "
+                                   "or ROWSxCOLUMNS")
+    return tuple(spec.sizes[size])
+
+
+def _check_variants(names: list[str], variants: list[str] | None) -> None:
+    for name in names:
+        for v in variants or []:
+            try:
+                problems.get(name).check_variant_name(v)
+            except ValueError as err:
+                raise UsageError("--variants", str(err).removeprefix("variant: ")) from None
+
+
+def _needed_bytes(problem: str, shape: tuple[int, int], dtypes: list[str]) -> int:
+    """Device memory a bench of ``shape`` needs, about: the inputs and a gradient per implementation,
+    and the float64 reference (4x the minimum bytes of forward+backward in the widest dtype),
+    plus the L2 flush buffer."""
+    import torch
+
+    from losslab.measure.timing import FLUSH_BYTES
+
+    cost = max(problems.get(problem).cost(shape, "forward_backward", getattr(torch, d)).bytes for d in dtypes)
+    return 4 * cost + FLUSH_BYTES
+
+
+def _check_memory(problem: str, shape: tuple[int, int], dtypes: list[str]) -> None:
+    """Raise UsageError when a bench of ``shape`` cannot fit on the visible GPU (no GPU: no check)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return
+    needed = _needed_bytes(problem, shape, dtypes)
+    total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+    if needed > total:
+        raise UsageError("--size", f"{problem} at {shape[0]}x{shape[1]} needs about {needed / 1e9:,.1f} GB of "
+                                   f"device memory; {torch.cuda.get_device_name()} has {total / 1e9:,.1f} GB")
+
+
+def _device(argument: str, device: str | None, results_dir=records.RESULTS_DIR) -> str | None:
+    """The recorded device name for ``device`` (a name or a slug), or None for None."""
+    if device is None:
+        return None
+    try:
+        return records.resolve_device(device, results_dir)
+    except LookupError as err:
+        raise UsageError(argument, str(err)) from None
 
 
 def _require_gpu(command: str) -> None:
@@ -46,6 +201,39 @@ def _require_gpu(command: str) -> None:
                  "Without a GPU, `python -m losslab report` renders the recorded results.")
 
 
+# --- the summary -------------------------------------------------------------------------------------
+
+def summary_text(sections: dict[str, records.Section]) -> str:
+    """The best variant of each problem against each peer, forward and forward_backward, from each
+    section's :meth:`~losslab.records.Section.view` (its seed size and float32 when it holds them),
+    headed by exactly what it shows: device, size, dtype, versions and dates per problem."""
+    views = {name: s.view() for name, s in sections.items()}
+    many = len({s.device for s in views.values()}) > 1
+    head = ["recorded results, median GPU ms per call (L2 flushed); a row per problem and direction:"]
+    for name, s in views.items():
+        head.append(f"  {name}: {'x'.join(map(str, s.primary_shape or ()))} {s.primary_dtype} on {s.device} "
+                    f"(torch {s.torch}, CUDA {s.cuda}), {s.date[:10]}")
+    lines = [f"{'problem':<14} {'direction':<16} {'best variant':<14} {'ms':>8} {'of bw':>6}   peers (ms, speedup)"]
+    notes = []
+    for name, s in views.items():
+        for direction in ("forward", "forward_backward"):
+            rows = [r for r in s.rows if r.direction == direction]
+            variants = [r for r in rows if r.kind == "variant"]
+            if not variants:
+                continue
+            best = min(variants, key=lambda r: r.median_ms)
+            peers = "  ".join(f"{r.implementation} {r.median_ms:.3f}{'!' if r.below_floor else ''} "
+                              f"(x{r.median_ms / best.median_ms:.2f})" for r in rows if r.kind == "peer")
+            notes += [f"! {name} {r.implementation} {direction}: {r.floor_note}" for r in rows if r.below_floor]
+            lines.append(f"{name:<14} {direction:<16} {best.implementation:<14} {best.median_ms:>8.3f} "
+                         f"{best.fraction_of_bandwidth:>6.0%}   {peers}")
+    if many:
+        head.append("  (the problems come from different devices: compare their times with care)")
+    return "\n".join(head + lines + notes)
+
+
+# --- the commands --------------------------------------------------------------------------------------
+
 def cmd_list(args) -> int:
     for name in problems.names():
         spec = problems.get(name)
@@ -55,12 +243,11 @@ def cmd_list(args) -> int:
 
 
 def cmd_summary(args) -> int:
-    from losslab import records
-
+    device = _device("--device", args.device)
     sections = {}
     for name in problems.names():
         try:
-            sections[name] = records.latest_section(name, args.device)
+            sections[name] = records.latest_section(name, device)
         except LookupError as err:
             print(f"losslab summary: {err}", file=sys.stderr)
     if not sections:
@@ -69,93 +256,77 @@ def cmd_summary(args) -> int:
     return 0
 
 
-def summary_text(sections: dict[str, dict]) -> str:
-    """The summary table of recorded sections with the device and date it comes from."""
-    from losslab.measure.bench import summary_table
-
-    first = next(iter(sections.values()))
-    dates = sorted(s["date"][:10] for s in sections.values())
-    return (f"recorded on {first['device']} (torch {first['torch']}, CUDA {first['cuda']}), "
-            f"{dates[0]}{'' if dates[0] == dates[-1] else ' to ' + dates[-1]}; "
-            f"seed sizes, float32, median ms\n{summary_table(sections)}")
-
-
 def cmd_check(args) -> int:
-    from losslab.measure.check import check_problem, format_table
+    from losslab.measure.check import check_problem, check_table_text
 
+    _check_variants(args.problems, args.variants)
+    for name in args.problems:
+        for size in args.sizes or []:
+            if size not in problems.get(name).sizes:
+                raise UsageError("--sizes", f"{name} has no size {size!r}; expected some of "
+                                            f"{', '.join(problems.get(name).sizes)}")
     _require_gpu("check")
     failed = 0
     for name in args.problems:
         print(f"checking {name} ...", flush=True)
         results = check_problem(name, args.variants, args.sizes or None, edge_cases=not args.no_edge_cases)
-        print(format_table(results))
+        print(check_table_text(results))
         failed += sum(not r.passed for r in results)
         if args.json:
-            Path(args.json).write_text(json.dumps([r.as_dict() for r in results], indent=1))
+            args.json.write_text(json.dumps([r.as_dict() for r in results], indent=1))
     print(f"{failed} check(s) failed" if failed else "all checks passed")
     return 1 if failed else 0
 
 
-def cmd_bench(args) -> int:
-    from losslab import records
-    import torch
-
-    from losslab.measure.bench import PEERS, bench_problem, format_table, summary_table
-    from losslab.measure.check import check_problem, format_table as format_checks
-    from losslab.present.roofline import measure_ceilings
-
-    _require_gpu("bench")
+def _bench_plan(args) -> dict[str, tuple[int, int]]:
+    """Every argument of ``bench`` checked (before any GPU work): problem -> shape."""
     if args.all:
         args.problems = list(problems.names())
     if not args.problems:
-        sys.exit("losslab bench: name one or more problems, or --all")
+        raise UsageError("problem", f"expected one or more of {', '.join(problems.names())}, or --all")
+    _check_variants(args.problems, args.variants)
+    return {name: _shape_for(name, args.size) for name in args.problems}
+
+
+def cmd_bench(args) -> int:
+    from losslab.measure.bench import bench_table_text
+    from losslab.measure.ceilings import measure_ceilings
+    from losslab.measure.check import check_table_text
+    from losslab.measure.ncu import ncu_table_text, profile_problem
+
+    shapes = _bench_plan(args)
+    _require_gpu("bench")
+    for name, shape in shapes.items():
+        _check_memory(name, shape, args.dtypes)
     print("measuring the device's ceilings (bandwidth, FP32 FMA, MUFU) ...", file=sys.stderr, flush=True)
     ceilings = measure_ceilings()
-    bandwidth = {"read": ceilings["read_gbps"], "copy": ceilings["copy_gbps"]}
     peers = tuple(p for p in PEERS if not (p == "compile" and args.no_compile))
-    tables, failed, sections = [], 0, {}
-    for name in args.problems:
-        spec = problems.get(name)
-        shape = _resolve_shape(spec, args.size)
-        section = records.provenance(name)
-        checks = [] if args.no_check else check_problem(name, args.variants)
-        failed += sum(not c.passed for c in checks)
-        rows = bench_problem(name, shape, args.variants, peers=peers, repeats=args.repeats,
-                             bandwidth=bandwidth)
-        # 16-bit inputs, for the variants (and peers) that take them
-        rows_by_dtype = {dtype: bench_problem(name, shape, args.variants, peers=peers, repeats=args.repeats,
-                                              bandwidth=bandwidth, dtype=getattr(torch, dtype))
-                         for dtype in args.dtypes if dtype != "float32"
-                         and any(getattr(torch, dtype) in spec.dtypes(v) for v in (args.variants or spec.variants))}
-        section.update(shape=list(shape), dtype="float32", repeats=args.repeats,
-                       bandwidth_gbps=bandwidth, rows=[r.as_dict() for r in rows],
-                       rows_by_dtype={d: [r.as_dict() for r in rs] for d, rs in rows_by_dtype.items()},
-                       checks=[c.as_dict() for c in checks], ceilings=ceilings)
+    tables, sections = [], {}
+    for name, shape in shapes.items():
+        section = records.measure_section(name, shape, args.variants, peers=peers, dtypes=args.dtypes,
+                                          repeats=args.repeats, check=not args.no_check, ceilings=ceilings)
         sections[name] = section
-        if checks:
-            tables.append(f"{name}: correctness\n{format_checks(checks)}")
-        tables.append(f"{name} {shape[0]}x{shape[1]} float32 on {section['device']}: "
-                      f"read {bandwidth['read']:.0f} GB/s, copy {bandwidth['copy']:.0f} GB/s, "
-                      f"FP32 FMA {ceilings.get('fp32_fma_tflops', float('nan')):.1f} TFLOP/s, "
-                      f"MUFU ex2 {ceilings.get('mufu_ex2_tops', float('nan')):.2f} Tops/s\n"
-                      f"{format_table(rows)}")
-        for dtype, extra in rows_by_dtype.items():
-            tables.append(f"{name} {shape[0]}x{shape[1]} {dtype}\n{format_table(extra)}")
+        if section.checks:
+            tables.append(f"{name}: correctness\n{check_table_text(section.checks)}")
+        tables.append(f"{name} on {section.device}: read {ceilings['read_gbps']:.0f} GB/s, copy "
+                      f"{ceilings['copy_gbps']:.0f} GB/s, FP32 FMA {ceilings.get('fp32_fma_tflops', float('nan')):.1f} "
+                      f"TFLOP/s, MUFU ex2 {ceilings.get('mufu_ex2_tops', float('nan')):.2f} Tops/s")
+        for dtype in section.dtypes:
+            tables.append(f"{name} {shape[0]}x{shape[1]} {dtype}\n{bench_table_text(section.select(shape, dtype))}")
     # Nsight Compute last: its replays and clock handling must not disturb the timings
     for name, section in sections.items():
         if args.ncu:
-            from losslab.measure.ncu import format_table as format_ncu, profile_problem
-
             print(f"  profiling {name} with Nsight Compute ...", file=sys.stderr, flush=True)
-            section["ncu"] = profile_problem(name, tuple(section["shape"]), args.variants, peers)
-            tables.append(f"{name}: DRAM traffic measured by ncu\n{format_ncu(section['ncu'])}")
+            section.ncu = profile_problem(name, shapes[name], args.variants, peers)
+            tables.append(f"{name}: DRAM traffic measured by ncu\n{ncu_table_text(section.ncu)}")
         if not args.no_record:
             print(f"recorded {records.save_section(name, section)}", file=sys.stderr)
         if args.json:
-            Path(args.json).with_suffix(f".{name}.json").write_text(json.dumps(section, indent=1))
+            args.json.with_suffix(f".{name}.json").write_text(json.dumps(section.as_dict(), indent=1))
     if len(sections) > 1:
-        tables.append(f"best variant against each peer\n{summary_table(sections)}")
+        tables.append(f"best variant against each peer (this run)\n{summary_text(sections)}")
     print("\n\n".join(tables))
+    failed = sum(not c.passed for s in sections.values() for c in s.checks)
     if failed:
         print(f"{failed} check(s) failed")
     return 1 if failed else 0
@@ -164,12 +335,9 @@ def cmd_bench(args) -> int:
 def cmd_roofline(args) -> int:
     from losslab.present.roofline import write_figures
 
-    for name in args.problems:
-        try:
-            problems.get(name)
-        except ValueError as err:
-            sys.exit(f"losslab roofline: {err}")
-    written = write_figures(args.problems or None, args.output, args.device, args.results_dir)
+    results_dir = args.results_dir or records.RESULTS_DIR
+    device = _device("--device", args.device, results_dir) if Path(results_dir).exists() else args.device
+    written = write_figures(args.problems or None, args.output, device, results_dir)
     for path in written:
         print(f"wrote {path}")
     if not written:
@@ -181,7 +349,8 @@ def cmd_roofline(args) -> int:
 def cmd_report(args) -> int:
     from losslab.present.report import build_report
 
-    build_report(Path(args.output), parameters={"device": args.device} if args.device else None)
+    device = _device("--device", args.device)
+    build_report(args.output, parameters={"device": device} if device else None)
     return 0
 
 
@@ -191,9 +360,9 @@ def cmd_export(args) -> int:
     try:
         text = export_solution(args.problem, args.variant)
     except ValueError as err:
-        sys.exit(f"losslab export: {err}")
+        raise UsageError("variant", str(err).removeprefix("variant: ")) from None
     if args.output:
-        Path(args.output).write_text(text)
+        args.output.write_text(text)
         print(f"wrote {args.output}", file=sys.stderr)
     else:
         sys.stdout.write(text)
@@ -203,13 +372,14 @@ def cmd_export(args) -> int:
 def cmd_evaluate(args) -> int:
     from losslab.kernelbench.evaluate import evaluate
 
-    size = args.size if args.size in problems.get(args.problem).sizes else _shape(args.size)
-    verdict = evaluate(args.solution, args.problem, size=size, dtype=args.dtype, trials=args.trials,
-                       repeats=args.repeats, timeout_s=args.timeout, compare_compile=not args.no_compile,
-                       min_speedup=args.min_speedup)
+    size = _shape_for(args.problem, args.size)
+    _check_memory(args.problem, size, [args.dtype])
+    verdict = evaluate(str(args.solution), args.problem, size=args.size if isinstance(args.size, str) else size,
+                       dtype=args.dtype, trials=args.trials, repeats=args.repeats, timeout_s=args.timeout,
+                       compare_compile=not args.no_compile, min_speedup=args.min_speedup)
     print(verdict.format())
     if args.json:
-        Path(args.json).write_text(json.dumps(verdict.as_dict(), indent=1))
+        args.json.write_text(json.dumps(verdict.as_dict(), indent=1))
     return 0 if verdict.passed else 1
 
 
@@ -218,7 +388,7 @@ def cmd_pitfalls(args) -> int:
 
     _require_gpu("pitfalls")
     if args.record:
-        path, rec = pitfalls.record(args.only, Path(args.results_dir) if args.results_dir else pitfalls.RECORDS)
+        path, rec = pitfalls.record(args.only, args.results_dir or pitfalls.RECORDS)
         print(f"recorded {path}", file=sys.stderr)
     else:
         rec = pitfalls.measure(args.only)
@@ -226,25 +396,26 @@ def cmd_pitfalls(args) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m losslab", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True)
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="losslab", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     sub.add_parser("list", help="problems, variants and sizes").set_defaults(fn=cmd_list)
     summary = sub.add_parser("summary", help="best variant of each problem against each peer, from the records")
-    summary.add_argument("--device", default=None, help="the record of this device (default: the newest)")
+    summary.add_argument("--device", default=None, help="the record of this device, a name or its slug "
+                         "such as nvidia-h200 (default: the newest)")
     summary.set_defaults(fn=cmd_summary)
 
     def problem_args(p, nargs="+"):
-        p.add_argument("problems", nargs=nargs, choices=problems.names(), metavar="problem",
+        # no `choices` here: with nargs="*" Python 3.10/3.11 check the empty default against them and fail
+        p.add_argument("problems", nargs=nargs, type=_problem, metavar="problem",
                        help=f"one or more of: {', '.join(problems.names())}")
-        p.add_argument("--variants", type=lambda s: s.split(","), default=None,
+        p.add_argument("--variants", type=_names, default=None,
                        help="comma-separated variants (default: the whole ladder)")
-        p.add_argument("--json", help="also write the full results as JSON to this path")
+        p.add_argument("--json", type=_output_file, help="also write the full results as JSON to this path")
 
     check = sub.add_parser("check", help="check variants against a float64 reference (GPU)")
     problem_args(check)
-    check.add_argument("--sizes", type=lambda s: s.split(","), default=None,
+    check.add_argument("--sizes", type=_names, default=None,
                        help="comma-separated size names (default: all of the problem's sizes)")
     check.add_argument("--no-edge-cases", action="store_true")
     check.set_defaults(fn=cmd_check)
@@ -253,64 +424,89 @@ def main(argv: list[str] | None = None) -> int:
     problem_args(bench, nargs="*")
     bench.add_argument("--all", action="store_true", help="every problem, then a summary of the best "
                        "variant of each against the peers")
-    bench.add_argument("--dtypes", type=lambda s: s.split(","), default=["float32"],
-                       help="comma-separated input dtypes (default float32; 16-bit types time only "
-                       "the variants that take them)")
-    bench.add_argument("--size", default="seed", help="a size name or ROWSxCOLUMNS (default: seed)")
-    bench.add_argument("--repeats", type=int, default=20)
+    bench.add_argument("--dtypes", type=_dtypes, default=["float32"],
+                       help=f"comma-separated input dtypes of {', '.join(records.DTYPES)} (default float32; "
+                       "16-bit types time only the variants that take them)")
+    bench.add_argument("--size", type=_size, default="seed", help=f"{SIZE_HELP} (default: seed)")
+    bench.add_argument("--repeats", type=_positive_int, default=20, help="timed calls per measurement")
     bench.add_argument("--no-compile", action="store_true", help="skip the torch.compile peer")
     bench.add_argument("--no-check", action="store_true", help="skip the correctness checks")
-    bench.add_argument("--no-record", action="store_true", help="do not write reports/results/")
+    bench.add_argument("--no-record", action="store_true", help="do not add to reports/results/")
     bench.add_argument("--ncu", action="store_true",
                        help="also profile each kernel once with Nsight Compute (DRAM bytes, FP32 instructions)")
     bench.set_defaults(fn=cmd_bench)
 
     roofline = sub.add_parser("roofline", help="roofline figures (PNG) from the newest recorded results")
-    roofline.add_argument("problems", nargs="*", metavar="problem",
+    roofline.add_argument("problems", nargs="*", type=_problem, metavar="problem",
                           help=f"any of: {', '.join(problems.names())} (default: all)")
-    roofline.add_argument("--output", default="reports/figures", help="folder for the PNG files")
-    roofline.add_argument("--device", default=None, help="plot the record of this device")
-    roofline.add_argument("--results-dir", default=None, help="folder of the records (default: reports/results)")
+    roofline.add_argument("--output", type=_output_folder, default="reports/figures", help="folder for the PNG files")
+    roofline.add_argument("--device", default=None, help="plot the record of this device (a name or its slug)")
+    roofline.add_argument("--results-dir", type=Path, default=None,
+                          help="folder of the records (default: reports/results)")
     roofline.set_defaults(fn=cmd_roofline)
 
     report = sub.add_parser("report", help="execute every notebook headless into reports/")
-    report.add_argument("--output", default="reports")
-    report.add_argument("--device", default=None, help="render the record of this device")
+    report.add_argument("--output", type=_output_folder, default="reports")
+    report.add_argument("--device", default=None, help="render the record of this device (a name or its slug)")
     report.set_defaults(fn=cmd_report)
 
     export = sub.add_parser("export", help="write a single-file KernelBench solution (ModelNew) for a variant")
-    export.add_argument("problem", choices=problems.names())
+    export.add_argument("problem", type=_problem)
     export.add_argument("variant", help="a variant of the problem (python -m losslab list)")
-    export.add_argument("--output", "-o", default=None, help="write to this file instead of stdout")
+    export.add_argument("--output", "-o", type=_output_file, default=None, help="write to this file instead of stdout")
     export.set_defaults(fn=cmd_export)
 
     evaluate = sub.add_parser("evaluate", help="judge a ModelNew solution file in a child process "
                               "(GPU; this RUNS the file's code)")
-    evaluate.add_argument("solution", help="a Python file defining class ModelNew")
-    evaluate.add_argument("--problem", required=True, choices=problems.names())
-    evaluate.add_argument("--size", default="seed", help="a size name or ROWSxCOLUMNS (default: seed)")
-    evaluate.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
-    evaluate.add_argument("--trials", type=int, default=5, help="correctness trials on fresh seeded inputs")
-    evaluate.add_argument("--repeats", type=int, default=20)
+    evaluate.add_argument("solution", type=_existing_file, help="a Python file defining class ModelNew")
+    evaluate.add_argument("--problem", required=True, type=_problem)
+    evaluate.add_argument("--size", type=_size, default="seed", help=f"{SIZE_HELP} (default: seed)")
+    evaluate.add_argument("--dtype", default="float32", choices=records.DTYPES)
+    evaluate.add_argument("--trials", type=_positive_int, default=5, help="correctness trials on fresh seeded inputs")
+    evaluate.add_argument("--repeats", type=_positive_int, default=20)
     evaluate.add_argument("--timeout", type=float, default=600.0, help="seconds for the whole child, build included")
     evaluate.add_argument("--min-speedup", type=float, default=None, help="fail as too_slow below this speedup "
                           "over eager")
     evaluate.add_argument("--no-compile", action="store_true", help="skip timing torch.compile")
-    evaluate.add_argument("--json", help="also write the verdict as JSON to this path")
+    evaluate.add_argument("--json", type=_output_file, help="also write the verdict as JSON to this path")
     evaluate.set_defaults(fn=cmd_evaluate)
 
     pitfalls = sub.add_parser("pitfalls", help="run the deliberate mistakes of pitfalls/ through the checker (GPU)")
     pitfalls.add_argument("--record", action="store_true", help="write reports/results/pitfalls/<device>.json")
-    pitfalls.add_argument("--only", type=lambda s: s.split(","), default=None, help="comma-separated pitfall keys")
-    pitfalls.add_argument("--results-dir", default=None, help="folder of the records (default: reports/results/pitfalls)")
+    pitfalls.add_argument("--only", type=_names, default=None, help="comma-separated pitfall keys")
+    pitfalls.add_argument("--results-dir", type=_output_folder, default=None,
+                          help="folder of the records (default: reports/results/pitfalls)")
     pitfalls.set_defaults(fn=cmd_pitfalls)
+    return parser
 
-    args = parser.parse_args(argv)
-    if getattr(args, "variants", None):
-        for name in args.problems:
-            for v in args.variants:
-                problems.get(name).check_variant_name(v)
-    return args.fn(args)
+
+VALUE_OPTIONS = ("--size", "--repeats", "--trials", "--timeout", "--min-speedup")
+
+
+def _attach_dashed_values(argv: list[str]) -> list[str]:
+    """``--size -1x5`` as ``--size=-1x5``: argparse would take a value starting with "-" for an
+    option and answer "expected one argument" instead of checking the value."""
+    out = []
+    for token in argv:
+        if out and out[-1] in VALUE_OPTIONS and token.startswith("-") and not token.startswith("--"):
+            out[-1] = f"{out[-1]}={token}"
+        else:
+            out.append(token)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one command; returns its exit status. A usage mistake or an unreadable record prints
+    one line to stderr and returns 2 (usage) or 1 (record)."""
+    args = _parser().parse_args(_attach_dashed_values(sys.argv[1:] if argv is None else list(argv)))
+    try:
+        return args.fn(args)
+    except UsageError as err:
+        print(f"losslab {args.command}: {err}", file=sys.stderr)
+        return 2
+    except records.RecordError as err:
+        print(f"losslab {args.command}: {err}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

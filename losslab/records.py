@@ -1,95 +1,557 @@
-"""Recorded GPU results: JSON files under ``reports/results/``, one per device.
+"""Measured results and the records of them: ``reports/results/<device>.json``, one file per device.
 
-A record holds, per problem, one benchmark run with its provenance: device,
-torch and CUDA versions, date (UTC, ISO 8601), the sha256 of the kernel
-sources it ran (``kernels_sha256``), the measured bandwidth ceilings, the bench
-rows and the check results. Machines without a GPU render these records; a
-cpu-tier test fails when a record's kernel hash no longer matches ``kernels/``.
+The API (typed; what ``present`` and ``teach`` read and measure through)::
+
+    section = records.measure_section("kl_div", "seed", dtypes=("float32", "bfloat16"))  # GPU, not saved
+    records.save_section("kl_div", section)       # ADDS to the device's record (merged, see merge())
+    section = records.latest_section("kl_div")    # newest recorded Section (device: a name or a slug)
+    section.rows, section.checks                  # list[BenchRow], list[CheckResult], every size and dtype
+    section.view()                                # one shape and dtype: the seed size and float32 if held
+    section.shapes, section.dtypes, section.is_fresh(), section.source  # "live" or "recorded"
+    records.load_records(), records.load(path)    # list[Record], Record (device, sections)
+    records.devices(), records.resolve_device("nvidia-h200")   # recorded device names
+    records.sources_sha256("kl_div")              # what a measurement depends on (freshness)
+
+- :class:`Section`: one problem on one device: device properties, the ceilings and ncu profile
+  of the newest run, and every :class:`~losslab.measure.bench.BenchRow` and
+  :class:`~losslab.measure.check.CheckResult` measured. Each row and check carries what produced
+  it (``date``, ``torch``, ``cuda``, ``sources_sha256``), so rows from several runs can live in
+  one section. A newer run replaces rows by (problem, shape, dtype, implementation, direction)
+  and checks by (variant, case, direction); everything else is kept: a bench run at another
+  size or on a subset of variants adds to the record, never replaces it.
+- ``source`` is "live" for a section measured now, "recorded" for one read from a file (it is
+  not saved). A row below its physical floor has ``below_floor`` and a ``floor_note``.
+- Legacy reading: a Section also answers the old dict keys (``section["rows"]`` = the rows of
+  :meth:`Section.view` as dicts, ``"rows_by_dtype"``, ``"shape"``, ``"dtype"``, ``"bandwidth_gbps"``,
+  ``"kernels_sha256"``, ...), so ``{**section, ...}`` and notebooks written against the dict
+  format keep working. New code uses the attributes.
+- Files written before the typed format (no ``"schema"`` key) load too; their rows get the old
+  section's provenance, and their hash covers only the kernels, so they read as not fresh.
+  A file that is not a record raises :class:`RecordError`, one line naming the file.
+
+Freshness: :func:`sources_sha256` hashes everything that changes a measurement of a problem:
+its kernels and ``kernels/common``, the ceiling kernels, the bindings (``losslab/build/csrc``),
+the host launch code (``losslab/problems``, ``losslab/ops.py``), and the build code with its
+compiler flags. A cpu-tier test fails when the newest record is not fresh.
 """
 from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import inspect
 import json
 import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import torch
 
+from losslab import build, problems
 from losslab.build import KERNELS, ROOT
+from losslab.measure.bench import BenchRow, bench_problem, flag_physical_floor, set_speedups
+from losslab.measure.ceilings import measure_ceilings
+from losslab.measure.check import CheckResult, check_problem
+from losslab.measure.ncu import profile_problem
+from losslab.measure.peers import PEERS
+
+__all__ = ["RESULTS_DIR", "SCHEMA", "DTYPES", "BenchRow", "CheckResult", "Record", "RecordError", "Section",
+           "devices", "device_slug", "is_fresh", "latest_section", "load", "load_records", "measure_section",
+           "merge", "combine", "pitfall_sources_sha256", "resolve_device", "run_provenance", "save_section",
+           "sources_sha256", "measured_sources"]
 
 RESULTS_DIR = ROOT / "reports" / "results"
+SCHEMA = 2
+DTYPES = ("float32", "bfloat16", "float16")  # input dtypes a bench can time
+PITFALLS = ROOT / "pitfalls"
 
 
-def kernels_sha256(problem: str) -> str:
-    """sha256 over the kernel sources a problem's extension is built from
-    (``kernels/common`` and ``kernels/<problem>``): each file's relative path and bytes, in path order."""
-    digest = hashlib.sha256()
-    for path in sorted([*(KERNELS / "common").rglob("*"), *(KERNELS / problem).rglob("*")]):
-        if path.is_file():
-            digest.update(path.relative_to(KERNELS).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+class RecordError(ValueError):
+    """A record file that cannot be read as a record (the message is one line naming the file)."""
+
+
+# --- freshness ---------------------------------------------------------------------------------------
+
+def _files(folder: Path) -> list[Path]:
+    return [p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts] if folder.exists() else []
+
+
+def measured_sources(problem: str) -> list[Path]:
+    """Every file a measurement of ``problem`` depends on, sorted: ``kernels/common``,
+    ``kernels/<problem>`` and ``kernels/ceilings`` (the bandwidth ceilings the rows are a fraction
+    of), the bindings in ``losslab/build/csrc`` (but other problems'), the host launch code in
+    ``losslab/problems`` (but other problems' modules) and ``losslab/ops.py``, and the build
+    module that holds the compiler flags."""
+    others = set(problems.names()) - {problem}
+    files = [*_files(KERNELS / "common"), *_files(KERNELS / problem), *_files(KERNELS / "ceilings")]
+    files += [p for p in _files(build.CSRC) if p.stem not in others]
+    files += [p for p in _files(ROOT / "losslab" / "problems") if p.suffix == ".py" and p.stem not in others]
+    files += [ROOT / "losslab" / "ops.py", Path(inspect.getsourcefile(inspect.unwrap(build.load_extension)))]
+    return sorted(set(files))
+
+
+def _digest(files: Sequence[Path], extra: str = "") -> str:
+    digest = hashlib.sha256(extra.encode() + b"\0")
+    for path in sorted(set(files)):
+        name = path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else path.name
+        digest.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()
 
+
+def _flags() -> str:
+    """The compiler flags of the extension build, as text (they change the machine code)."""
+    return repr([getattr(build, name, None) for name in ("NVCC_FLAGS", "CXX_FLAGS")])
+
+
+def sources_sha256(problem: str) -> str:
+    """sha256 over :func:`measured_sources` (each file's path relative to the repository and its
+    bytes) and the compiler flags: equal only when a measurement would run the same code."""
+    return _digest(measured_sources(problem), _flags())
+
+
+def pitfall_sources_sha256(extra: Sequence[Path] = ()) -> str:
+    """sha256 for a pitfalls record: every problem's :func:`measured_sources`, the pitfall kernels
+    under ``pitfalls/``, the flags, and ``extra`` files (the modules that build and run them)."""
+    files = [f for p in problems.names() for f in measured_sources(p)] + _files(PITFALLS) + [Path(e) for e in extra]
+    return _digest(files, _flags())
+
+
+# --- provenance ----------------------------------------------------------------------------------------
 
 def device_slug(name: str) -> str:
     """File-name form of a device name: 'NVIDIA H100 80GB HBM3' -> 'nvidia-h100-80gb-hbm3'."""
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
 
 
-def provenance(problem: str) -> dict:
-    """Where and when a result was measured: device, versions, date and kernel hash."""
+def run_provenance(problem: str) -> dict:
+    """What a measurement made now is stamped with: device (name, multiprocessors, memory_bytes,
+    compute_capability) and the run (torch, cuda, date in UTC ISO 8601, sources_sha256)."""
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
-    return {
-        "device": props.name,
-        "multiprocessors": props.multi_processor_count,
-        "memory_bytes": props.total_memory,
-        "compute_capability": f"{props.major}.{props.minor}",
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "kernels_sha256": kernels_sha256(problem),
-    }
+    return {"device": props.name, "multiprocessors": props.multi_processor_count,
+            "memory_bytes": props.total_memory, "compute_capability": f"{props.major}.{props.minor}",
+            "torch": torch.__version__, "cuda": torch.version.cuda,
+            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "sources_sha256": sources_sha256(problem)}
+
+
+# --- the section ---------------------------------------------------------------------------------------
+
+_ROW_FIELDS = {f.name for f in fields(BenchRow)}
+_CHECK_FIELDS = {f.name for f in fields(CheckResult)}
+_LEGACY_KEYS = ("problem", "device", "multiprocessors", "memory_bytes", "compute_capability", "date", "torch",
+                "cuda", "kernels_sha256", "sources_sha256", "shape", "dtype", "repeats", "bandwidth_gbps", "rows",
+                "rows_by_dtype", "checks", "ceilings", "ncu", "source")
+
+
+@dataclass
+class Section:
+    """One problem's results on one device (see the module docstring).
+
+    ``ceilings``: what ``ceilings.measure_ceilings`` returned in the newest run ({} if none);
+    ``ncu``: the newest ``ncu.profile_problem`` result, or None.
+    """
+
+    problem: str
+    device: str
+    multiprocessors: int = 0
+    memory_bytes: int = 0
+    compute_capability: str = ""
+    rows: list[BenchRow] = field(default_factory=list, repr=False)
+    checks: list[CheckResult] = field(default_factory=list, repr=False)
+    ceilings: dict = field(default_factory=dict, repr=False)
+    ncu: dict | None = field(default=None, repr=False)
+    source: str = "recorded"
+
+    # --- what it holds ---
+    @property
+    def shapes(self) -> list[tuple[int, ...]]:
+        """The shapes of the rows, in first-seen order."""
+        return list(dict.fromkeys(tuple(r.shape) for r in self.rows))
+
+    @property
+    def dtypes(self) -> list[str]:
+        """The dtypes of the rows, float32 first, then in first-seen order."""
+        found = dict.fromkeys(r.dtype for r in self.rows)
+        return sorted(found, key=lambda d: (d != "float32", list(found).index(d)))
+
+    @property
+    def primary_shape(self) -> tuple[int, ...] | None:
+        """The shape :meth:`view` shows by default: the problem's seed size if held, else the newest rows'."""
+        seed = tuple(problems.get(self.problem).sizes.get("seed", ())) if self.problem in problems.names() else ()
+        if seed in self.shapes:
+            return seed
+        return tuple(max(self.rows, key=lambda r: r.date).shape) if self.rows else None
+
+    @property
+    def primary_dtype(self) -> str | None:
+        return self.dtypes[0] if self.rows else None
+
+    def select(self, shape=None, dtype: str | None = None) -> list[BenchRow]:
+        """The rows at ``shape`` and ``dtype`` (default :attr:`primary_shape`, :attr:`primary_dtype`)."""
+        shape = tuple(shape) if shape is not None else self.primary_shape
+        dtype = dtype or self.primary_dtype
+        return [r for r in self.rows if tuple(r.shape) == shape and r.dtype == dtype]
+
+    def view(self, shape=None, dtype: str | None = None) -> Section:
+        """A copy holding only the rows at one shape and dtype (see :meth:`select`); checks, ceilings
+        and ncu are kept."""
+        return Section(self.problem, self.device, self.multiprocessors, self.memory_bytes, self.compute_capability,
+                       self.select(shape, dtype), list(self.checks), self.ceilings, self.ncu, self.source)
+
+    # --- provenance ---
+    def _stamps(self, key: str) -> list[str]:
+        return [getattr(x, key) for x in (*self.rows, *self.checks) if getattr(x, key, "")]
+
+    @property
+    def date(self) -> str:
+        """The newest date of a row or check (UTC ISO 8601), "" when empty."""
+        return max(self._stamps("date"), default="")
+
+    @property
+    def torch(self) -> str:
+        return ", ".join(sorted(set(self._stamps("torch")))) if self.rows else ""
+
+    @property
+    def cuda(self) -> str:
+        return ", ".join(sorted(set(self._stamps("cuda")))) if self.rows else ""
+
+    @property
+    def sources_sha256(self) -> str:
+        """The hash the section's results were measured with: the one hash when all share it,
+        else the first that differs from today's sources (so a comparison says "not fresh")."""
+        hashes = list(dict.fromkeys(self._stamps("sources_sha256")))
+        if len(hashes) <= 1 or self.problem not in problems.names():
+            return hashes[0] if hashes else ""
+        current = sources_sha256(self.problem)
+        return next((h for h in hashes if h != current), current)
+
+    def stale(self) -> list[BenchRow | CheckResult]:
+        """The rows and checks measured on other sources than today's."""
+        current = sources_sha256(self.problem)
+        return [x for x in (*self.rows, *self.checks) if x.sources_sha256 != current]
+
+    def is_fresh(self) -> bool:
+        """True if every row and check was measured on the sources there are now."""
+        return not self.stale()
+
+    def describe(self) -> str:
+        """What the section holds, in one line: problem, device, sizes, dtypes, dates."""
+        sizes = ", ".join("x".join(map(str, s)) for s in self.shapes) or "no rows"
+        return (f"{self.problem} on {self.device}: {sizes}; {', '.join(self.dtypes) or '-'}; "
+                f"torch {self.torch or '-'}, CUDA {self.cuda or '-'}; {self.date[:10] or 'no date'}")
+
+    # --- file format ---
+    def as_dict(self) -> dict:
+        """The on-disk form (JSON-ready; ``source`` is not saved)."""
+        return {"problem": self.problem, "device": self.device, "multiprocessors": self.multiprocessors,
+                "memory_bytes": self.memory_bytes, "compute_capability": self.compute_capability,
+                "ceilings": self.ceilings, "ncu": self.ncu,
+                "rows": [r.as_dict() for r in self.rows], "checks": [c.as_dict() for c in self.checks]}
+
+    @classmethod
+    def from_dict(cls, data: dict, problem: str | None = None) -> Section:
+        """A Section from :meth:`as_dict`'s form or the older dict format (see the module docstring).
+
+        Raises:
+            ValueError: not a section (missing device, rows that are not rows).
+        """
+        if not isinstance(data, dict) or "device" not in data:
+            raise ValueError("a section needs at least a 'device'")
+        problem = data.get("problem") or problem or ""
+        legacy = {"date": data.get("date", ""), "torch": data.get("torch", ""), "cuda": data.get("cuda", ""),
+                  "sources_sha256": data.get("sources_sha256", data.get("kernels_sha256", ""))}
+        raw_rows = list(data.get("rows", [])) + [r for rs in (data.get("rows_by_dtype") or {}).values() for r in rs]
+        rows = [_row(r, legacy, data["device"]) for r in raw_rows]
+        checks = [_check(c, legacy) for c in data.get("checks", [])]
+        ceilings = data.get("ceilings") or ({"read_gbps": data["bandwidth_gbps"]["read"],
+                                             "copy_gbps": data["bandwidth_gbps"]["copy"]}
+                                            if data.get("bandwidth_gbps") else {})
+        return cls(problem, data["device"], data.get("multiprocessors", 0), data.get("memory_bytes", 0),
+                   data.get("compute_capability", ""), rows, checks, ceilings, data.get("ncu"),
+                   data.get("source", "recorded"))
+
+    # --- the older dict format, read-only ---
+    def keys(self):
+        return _LEGACY_KEYS
+
+    def __getitem__(self, key: str):
+        if key not in _LEGACY_KEYS:
+            raise KeyError(key)
+        primary = self.primary_shape
+        if key == "rows":
+            return [r.as_dict() for r in self.select()]
+        if key == "rows_by_dtype":
+            return {d: [r.as_dict() for r in self.select(primary, d)] for d in self.dtypes[1:]}
+        if key == "checks":
+            return [c.as_dict() for c in self.checks]
+        if key == "shape":
+            return list(primary) if primary else []
+        if key == "dtype":
+            return self.primary_dtype or "float32"
+        if key == "repeats":
+            return max((r.repeats for r in self.select()), default=0)
+        if key == "bandwidth_gbps":
+            return {"read": self.ceilings.get("read_gbps"), "copy": self.ceilings.get("copy_gbps")}
+        if key == "kernels_sha256":
+            return self.sources_sha256
+        return getattr(self, key)
+
+    def get(self, key: str, default=None):
+        try:
+            return self[key]
+        except KeyError:
+            return default
+
+
+def _row(data, legacy: dict, device: str) -> BenchRow:
+    if isinstance(data, BenchRow):
+        return data
+    if not isinstance(data, dict) or not {"problem", "implementation", "direction", "median_ms"} <= data.keys():
+        raise ValueError(f"a bench row needs problem, implementation, direction and median_ms; got {data!r:.80}")
+    values = {**{k: v for k, v in legacy.items() if not data.get(k)}, **{k: v for k, v in data.items()
+                                                                          if k in _ROW_FIELDS}}
+    values["shape"] = tuple(values.get("shape", ()))
+    row = BenchRow(**values)
+    if row.problem in problems.names() and row.shape and row.dtype:
+        flag_physical_floor(row, device)  # records made before the flag existed get it too
+    return row
+
+
+def _check(data, legacy: dict) -> CheckResult:
+    if isinstance(data, CheckResult):
+        return data
+    if not isinstance(data, dict) or not {"variant", "direction", "passed"} <= data.keys():
+        raise ValueError(f"a check needs variant, direction and passed; got {data!r:.80}")
+    values = {**{k: legacy[k] for k in ("date", "sources_sha256") if not data.get(k)},
+              **{k: v for k, v in data.items() if k in _CHECK_FIELDS}}
+    values["shape"] = tuple(values.get("shape", ()))
+    return CheckResult(**values)
+
+
+def merge(old: Section, new: Section, *, same_process: bool = False) -> Section:
+    """``old`` with ``new`` added: rows replaced by (problem, shape, dtype, implementation, direction),
+    checks by (variant, case, direction), the rest kept; device properties, ceilings and ncu from
+    ``new`` where it has them. Speedups stay as measured (each against the peers of its own run)
+    unless ``same_process``: both were measured in this process, so they are recomputed across all.
+
+    Raises:
+        ValueError: the sections are of different problems or devices.
+    """
+    if (old.problem, old.device) != (new.problem, new.device):
+        raise ValueError(f"merge: {new.problem} on {new.device} cannot be added to {old.problem} on {old.device}")
+    rows = {r.key: r for r in old.rows} | {r.key: r for r in new.rows}
+    checks = {c.key: c for c in old.checks} | {c.key: c for c in new.checks}
+    merged = Section(new.problem, new.device, new.multiprocessors or old.multiprocessors,
+                     new.memory_bytes or old.memory_bytes, new.compute_capability or old.compute_capability,
+                     list(rows.values()), list(checks.values()), new.ceilings or old.ceilings,
+                     new.ncu or old.ncu, new.source)
+    if same_process:
+        set_speedups(merged.rows)
+    return merged
+
+
+def combine(sections: Sequence[Section]) -> Section:
+    """Sections measured in this process (e.g. one implementation each) as one, with speedups
+    over every peer among them. Raises ValueError for no sections."""
+    if not sections:
+        raise ValueError("sections: expected at least one section")
+    out = sections[0]
+    for section in sections[1:]:
+        out = merge(out, section, same_process=True)
+    if len(sections) == 1:
+        set_speedups(out.rows)
+    return out
+
+
+# --- the record file -----------------------------------------------------------------------------------
+
+@dataclass
+class Record:
+    """One device's record file: ``sections`` maps a problem to its Section. Also answers the
+    older dict keys ``record["device"]`` and ``record["problems"]``."""
+
+    device: str
+    sections: dict[str, Section] = field(default_factory=dict, repr=False)
+    path: Path | None = None
+
+    @property
+    def date(self) -> str:
+        return max((s.date for s in self.sections.values()), default="")
+
+    def __getitem__(self, key: str):
+        return {"device": self.device, "problems": self.sections}[key]
+
+    def as_dict(self) -> dict:
+        return {"schema": SCHEMA, "device": self.device,
+                "problems": {p: s.as_dict() for p, s in sorted(self.sections.items())}}
 
 
 def record_path(device: str, results_dir: Path = RESULTS_DIR) -> Path:
-    return results_dir / f"{device_slug(device)}.json"
+    return Path(results_dir) / f"{device_slug(device)}.json"
 
 
-def save_section(problem: str, section: dict, results_dir: Path = RESULTS_DIR) -> Path:
-    """Write one problem's results into its device's record, keeping the other problems'.
+def load(path: Path | str) -> Record:
+    """Read one record file (this format or the older one).
 
-    ``section`` must hold the keys of :func:`provenance` (``device`` names the file).
-    Returns the record's path.
+    Raises:
+        RecordError: unreadable, not JSON, or not a record (one line naming the file).
     """
-    path = record_path(section["device"], results_dir)
-    record = json.loads(path.read_text()) if path.exists() else {"device": section["device"], "problems": {}}
-    record["problems"][problem] = section
+    path = Path(path)
+    expected = "the JSON `python -m losslab bench` writes ({\"device\": ..., \"problems\": {...}})"
+    try:
+        data = json.loads(path.read_text())
+    except OSError as err:
+        raise RecordError(f"{path}: cannot read the record: {err.strerror or err}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise RecordError(f"{path}: not a readable record ({err}; truncated?): expected {expected}; "
+                          "re-record it or delete the file") from None
+    if not isinstance(data, dict) or "device" not in data or not isinstance(data.get("problems"), dict):
+        raise RecordError(f"{path}: not a record: expected {expected}")
+    if data.get("schema", 1) > SCHEMA:
+        raise RecordError(f"{path}: record schema {data['schema']} is newer than this losslab reads ({SCHEMA})")
+    try:
+        sections = {p: Section.from_dict({"device": data["device"], **s}, p) for p, s in data["problems"].items()}
+    except (ValueError, TypeError, KeyError) as err:
+        raise RecordError(f"{path}: malformed section: {err}") from None
+    return Record(data["device"], sections, path)
+
+
+def load_records(results_dir: Path | str = RESULTS_DIR) -> list[Record]:
+    """Every record under ``results_dir`` (``*.json`` at its top), newest first.
+
+    Raises:
+        RecordError: a file there is not a record.
+    """
+    found = [load(p) for p in sorted(Path(results_dir).glob("*.json"))]
+    return sorted(found, key=lambda r: r.date, reverse=True)
+
+
+def devices(results_dir: Path | str = RESULTS_DIR) -> list[str]:
+    """The device names with a record under ``results_dir``, newest first."""
+    return [r.device for r in load_records(results_dir)]
+
+
+def resolve_device(device: str, results_dir: Path | str = RESULTS_DIR) -> str:
+    """The recorded device name that ``device`` (a name such as "NVIDIA H200" or a slug such as
+    "nvidia-h200") refers to.
+
+    Raises:
+        LookupError: no record of it (the message names the devices recorded).
+    """
+    for name in devices(results_dir):
+        if device_slug(name) == device_slug(device):
+            return name
+    known = ", ".join(f"{n!r} ({device_slug(n)})" for n in devices(results_dir)) or "none"
+    raise LookupError(f"no record of device {device!r} under {results_dir}; recorded devices: {known}")
+
+
+def save_section(problem: str, section: Section | dict, results_dir: Path | str = RESULTS_DIR) -> Path:
+    """Add ``section`` to its device's record (see :func:`merge`), keeping the other problems'.
+    Returns the record's path.
+
+    Raises:
+        RecordError: the existing record file is not a record (it is left as it is).
+    """
+    section = section if isinstance(section, Section) else Section.from_dict(section, problem)
+    section.problem = section.problem or problem
+    path = record_path(section.device, results_dir)
+    record = load(path) if path.exists() else Record(section.device)
+    old = record.sections.get(problem)
+    record.sections[problem] = merge(old, section) if old else section
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
+    path.write_text(json.dumps(record.as_dict(), indent=1, sort_keys=True) + "\n")
     return path
 
 
-def load_records(results_dir: Path = RESULTS_DIR) -> list[dict]:
-    """Every record under ``results_dir``, newest first (by the newest section's date)."""
-    records = [json.loads(p.read_text()) for p in sorted(results_dir.glob("*.json"))]
-    return sorted(records, key=lambda r: max(s["date"] for s in r["problems"].values()), reverse=True)
-
-
-def latest_section(problem: str, device: str | None = None, results_dir: Path = RESULTS_DIR) -> dict:
-    """The newest recorded section for ``problem`` (on ``device`` if given).
+def latest_section(problem: str, device: str | None = None, results_dir: Path | str = RESULTS_DIR) -> Section:
+    """The newest recorded Section of ``problem`` (on ``device``, a name or slug, if given).
 
     Raises:
-        LookupError: nothing recorded for it.
+        LookupError: nothing recorded for it (the message names the devices that are).
+        RecordError: a record file is not a record.
     """
-    sections = [r["problems"][problem] for r in load_records(results_dir)
-                if problem in r["problems"] and (device is None or r["device"] == device)]
-    if not sections:
+    results_dir = Path(results_dir)
+    found = [r.sections[problem] for r in load_records(results_dir)
+             if problem in r.sections and (device is None or device_slug(r.device) == device_slug(device))]
+    if not found:
         where = f" on {device}" if device else ""
-        raise LookupError(f"no recorded results for {problem}{where} under {results_dir}; "
-                          f"run `python -m losslab bench {problem}` on a GPU machine")
-    return max(sections, key=lambda s: s["date"])
+        others = ", ".join(devices(results_dir)) if results_dir.exists() else ""
+        raise LookupError(f"no recorded results for {problem}{where} under {results_dir}"
+                          + (f" (recorded devices: {others})" if others else "")
+                          + f"; run `python -m losslab bench {problem}` on a GPU machine")
+    return max(found, key=lambda s: s.date)
 
 
-def is_fresh(section: dict, problem: str) -> bool:
-    """True if ``section`` was measured on the kernel sources now in ``kernels/``."""
-    return section["kernels_sha256"] == kernels_sha256(problem)
+def is_fresh(section: Section | dict, problem: str | None = None) -> bool:
+    """True if ``section`` (a Section, or a dict in the older format) was measured on today's sources."""
+    if isinstance(section, Section):
+        return section.is_fresh()
+    return section["kernels_sha256"] == sources_sha256(problem or section["problem"])
+
+
+# --- measuring -----------------------------------------------------------------------------------------
+
+def _shape(problem: str, size) -> tuple[int, int]:
+    spec = problems.get(problem)
+    if isinstance(size, str):
+        if size not in spec.sizes:
+            raise ValueError(f"size: {problem} has no size {size!r}; expected one of {', '.join(spec.sizes)} "
+                             "or a (rows, columns) pair")
+        return tuple(spec.sizes[size])
+    return tuple(size)
+
+
+def measure_section(problem: str, size="seed", variants: list | None = None, *, peers: Sequence[str] = PEERS,
+                    dtypes: Sequence[str] = ("float32",), repeats: int = 20, check: bool = True,
+                    check_sizes: Sequence[str] | None = None, check_variants: list | None = None,
+                    edge_cases: bool = True, ceilings: dict | None = None, ncu: bool = False,
+                    progress: bool = True) -> Section:
+    """Measure ``problem`` now on the current GPU into a live Section (not saved; see :func:`save_section`).
+
+    Args:
+        size: a size name of the problem or a (rows, columns) pair: the bench's shape.
+        variants: rung names or variant objects (default the whole ladder); [] times peers only.
+        peers: of ``measure.peers.PEERS``; dtypes: of :data:`DTYPES` (a dtype no variant takes is
+            skipped unless ``variants`` is []).
+        repeats: timed calls per (implementation, direction).
+        check: run the float64 checks first: ``check_variants`` (default ``variants``) at
+            ``check_sizes`` (default all of the problem's sizes), and the edge cases if ``edge_cases``.
+        ceilings: ``ceilings.measure_ceilings()`` already measured in this process (else measured now).
+        ncu: also profile with Nsight Compute (last, so it cannot disturb the timings).
+    Raises:
+        ValueError: unknown problem, size, variant, peer or dtype; repeats < 1.
+    """
+    spec = problems.get(problem)
+    shape = _shape(problem, size)
+    for name in dtypes:
+        if name not in DTYPES:
+            raise ValueError(f"dtypes: unknown dtype {name!r}; expected some of {', '.join(DTYPES)}")
+    if repeats < 1:
+        raise ValueError(f"repeats: expected at least 1, got {repeats}")
+    for v in variants or []:
+        if isinstance(v, str):
+            spec.check_variant_name(v)
+    ceilings = ceilings or measure_ceilings()
+    bandwidth = {"read": ceilings["read_gbps"], "copy": ceilings["copy_gbps"]}
+    checks = []
+    if check:
+        checks = check_problem(problem, check_variants if check_variants is not None else variants,
+                               list(check_sizes) if check_sizes else None, edge_cases=edge_cases, progress=progress)
+    timed = spec.variants if variants is None else variants
+    rows = []
+    for name in dtypes:
+        dtype = getattr(torch, name)
+        if timed and not any(dtype in (spec.dtypes(v) if isinstance(v, str) else v.dtypes) for v in timed):
+            continue
+        rows += bench_problem(problem, shape, variants, peers=tuple(peers), repeats=repeats,
+                              bandwidth=bandwidth, progress=progress, dtype=dtype)
+    stamp = run_provenance(problem)
+    for item in (*rows, *checks):
+        for key in ("date", "torch", "cuda", "sources_sha256"):
+            if hasattr(item, key):
+                setattr(item, key, stamp[key])
+    section = Section(problem, stamp["device"], stamp["multiprocessors"], stamp["memory_bytes"],
+                      stamp["compute_capability"], rows, checks, ceilings, None, "live")
+    if ncu:
+        section.ncu = profile_problem(problem, shape, [v for v in timed if isinstance(v, str)], tuple(peers))
+    return section

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import functools
 import secrets
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Callable
 
 import torch
 
@@ -60,6 +60,13 @@ class CheckResult:
     passed: bool
     detail: str = ""
     seed: int | None = None
+    date: str = ""  # what produced the result: stamped by records.measure_section
+    sources_sha256: str = ""
+
+    @property
+    def key(self) -> tuple:
+        """What a newer result replaces an older one by: (problem, variant, case, direction)."""
+        return self.problem, self.variant, self.case, self.direction
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -169,31 +176,34 @@ def check_edge_cases(problem: str, variant, device: str = "cuda") -> list[CheckR
     return results
 
 
-def check_problem(problem: str, variants: list[str] | None = None, sizes: list[str] | None = None,
+def check_problem(problem: str, variants: list | None = None, sizes: list[str] | None = None,
                   *, edge_cases: bool = True, device: str = "cuda", progress: bool = True) -> list[CheckResult]:
-    """Check several variants (default: all) at several named sizes (default: all of the
-    problem's sizes), then on the edge cases. Prints progress to stdout."""
+    """Check several variants (default: all; rung names or variant objects, see :func:`resolve`)
+    at several named sizes (default: all of the problem's sizes) in every dtype each takes, then
+    on the edge cases. Prints progress to stdout."""
     spec = problems.get(problem)
-    variants = list(variants or spec.variants)
+    variants = list(spec.variants if variants is None else variants)
     sizes = list(sizes or spec.sizes)
     results = []
-    for name in variants:
+    for variant in variants:
+        name = variant if isinstance(variant, str) else variant.name
         for size in sizes:
-            for dtype in spec.dtypes(name):
+            for dtype in (spec.dtypes(variant) if isinstance(variant, str) else variant.dtypes):
                 if progress:
                     print(f"  checking {problem} {name} at {size} {spec.sizes[size]} {dtype} ...", flush=True)
-                results += check_variant(problem, name, spec.sizes[size], device=device, dtype=dtype)
+                results += check_variant(problem, variant, spec.sizes[size], device=device, dtype=dtype)
         if edge_cases:
             if progress:
                 print(f"  checking {problem} {name} on the edge cases ...", flush=True)
-            results += check_edge_cases(problem, name, device=device)
+            results += check_edge_cases(problem, variant, device=device)
     return results
 
 
-def format_table(results: list[CheckResult]) -> str:
+def check_table_text(results: list[CheckResult]) -> str:
     """A fixed-width text table of check results, one line each."""
     lines = [f"{'variant':<14} {'direction':<9} {'case':<46} {'rel. error':>10} {'tol':>7}  result"]
     for r in results:
         verdict = "ok" if r.passed else f"FAIL {r.detail}".rstrip()
-        lines.append(f"{r.variant:<14} {r.direction:<9} {r.case[:46]:<46} {r.error:>10.2e} {r.tolerance:>7.0e}  {verdict}")
+        lines.append(f"{r.variant:<14} {r.direction:<9} {r.case[:46]:<46} {r.error:>10.2e} "
+                     f"{r.tolerance:>7.0e}  {verdict}")
     return "\n".join(lines)

@@ -28,7 +28,11 @@ import sys
 import tempfile
 from pathlib import Path
 
+import torch
+
+from losslab import build, problems
 from losslab.build import ROOT
+from losslab.measure.bench import implementations
 
 NCU_METRICS = (
     "dram__bytes_read.sum",
@@ -45,16 +49,15 @@ _TIME_NS = {"nsecond": 1, "ns": 1, "usecond": 1e3, "us": 1e3, "msecond": 1e6, "m
 
 
 def find_ncu() -> str | None:
-    """Path of ``ncu`` on PATH or in the CUDA toolkit, or None."""
-    if shutil.which("ncu"):
-        return shutil.which("ncu")
+    """Path of ``ncu`` (Nsight Compute's command line) on PATH or in the CUDA toolkit, or None."""
+    found = shutil.which("ncu")
+    if found:
+        return found
     try:
-        from losslab.build import find_cuda_home
-
-        candidate = find_cuda_home() / "bin" / "ncu"
-        return str(candidate) if candidate.is_file() else None
-    except Exception:  # no toolkit either
+        candidate = build.find_cuda_home() / "bin" / "ncu"
+    except build.BuildError:  # no toolkit either
         return None
+    return str(candidate) if candidate.is_file() else None
 
 
 def _to_base(value: str, unit: str) -> float:
@@ -145,10 +148,6 @@ def profile_problem(problem: str, shape: tuple[int, int] | None = None, variants
     ``message``, ``shape``, ``metrics``, ``ncu_version`` and ``records`` (see
     :func:`attribute`). Never raises for a missing or refusing ncu.
     """
-    import torch
-
-    from losslab import problems
-
     spec = problems.get(problem)
     shape = tuple(shape or spec.sizes["seed"])
     variants = list(variants or spec.variants)
@@ -186,7 +185,7 @@ def profile_problem(problem: str, shape: tuple[int, int] | None = None, variants
     return result
 
 
-def format_table(profile: dict) -> str:
+def ncu_table_text(profile: dict) -> str:
     """Fixed-width text table of an ncu profile (or its status line)."""
     if profile.get("status") != "ok":
         return f"ncu: {profile.get('status')}: {profile.get('message')}"
@@ -199,38 +198,35 @@ def format_table(profile: dict) -> str:
     return "\n".join(lines)
 
 
+def _profile_one(name: str, kind: str, fn, inputs: tuple, grad_loss, labels: list) -> None:
+    """One implementation's forward and backward inside the profiled range, each after a marker."""
+    predictions = inputs[0].detach().clone().requires_grad_(True)
+    others = inputs[1:]
+    # builds, compiles and autotunes outside the profiled range
+    fn(predictions.detach(), *others)
+    torch.autograd.grad(fn(predictions, *others), predictions, grad_loss)
+    loss = fn(predictions, *others)  # a fresh graph: fused's backward runs once per forward
+    torch.cuda.synchronize()
+    torch.cuda.profiler.start()
+    for direction, call in (("forward", lambda: fn(predictions.detach(), *others)),
+                            ("backward", lambda: torch.autograd.grad(loss, predictions, grad_loss))):
+        torch.cuda._sleep(0)
+        call()
+        labels.append({"implementation": name, "kind": kind, "direction": direction})
+    torch.cuda._sleep(0)
+    labels.append(None)
+    torch.cuda.synchronize()
+    torch.cuda.profiler.stop()
+
+
 def _child(problem: str, shape: tuple[int, int], variants: list[str], peers: tuple[str, ...],
            labels_path: Path) -> None:
     """Run under ncu: one launch per (implementation, direction), each after a marker kernel."""
-    import torch
-
-    from losslab import problems
-    from losslab.measure.bench import implementations
-
-    spec = problems.get(problem)
-    inputs = spec.make_inputs(shape, seed=0, device="cuda")
+    inputs = problems.get(problem).make_inputs(shape, seed=0, device="cuda")
     grad_loss = torch.tensor(1.0, device="cuda")  # as in training and in bench.py
     labels: list[dict | None] = []
     for name, (kind, fn) in implementations(problem, variants, peers).items():
-        predictions = inputs[0].detach().clone().requires_grad_(True)
-        others = inputs[1:]
-        forward = lambda: fn(predictions.detach(), *others)
-        # builds, compiles and autotunes outside the profiled range
-        forward()
-        torch.autograd.grad(fn(predictions, *others), predictions, grad_loss)
-        loss = fn(predictions, *others)  # a fresh graph: fused's backward runs once per forward
-        backward = lambda: torch.autograd.grad(loss, predictions, grad_loss)
-        torch.cuda.synchronize()
-        torch.cuda.profiler.start()
-        for direction, call in (("forward", forward), ("backward", backward)):
-            torch.cuda._sleep(0)
-            call()
-            labels.append({"implementation": name, "kind": kind, "direction": direction})
-        torch.cuda._sleep(0)
-        labels.append(None)
-        torch.cuda.synchronize()
-        torch.cuda.profiler.stop()
-        del loss, predictions
+        _profile_one(name, kind, fn, inputs, grad_loss, labels)
     labels_path.write_text(json.dumps(labels))
 
 
