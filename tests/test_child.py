@@ -1,0 +1,150 @@
+"""The evaluator's child process, piece by piece (losslab.kernelbench.child).
+
+cpu tier: what a verbose build prints is captured, the first compiler error is found in
+nvcc's and g++'s output, results of any dtype serialise and compare bitwise, and a replaced
+function of torch or time is noticed; compile tier: the same on a real nvcc failure;
+gpu tier: timed calls see fresh inputs, and a stale answer in a timed call is caught.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from losslab import problems
+from losslab.kernelbench import child
+
+# nvcc's and ninja's output for a missing semicolon, as load_inline(verbose=True) prints it
+# (recorded from CUDA 13.0, paths shortened; the command lines are cut)
+NVCC_LOG = """\
+[1/3] c++ -MMD -MF main.o.d -DTORCH_EXTENSION_NAME=kl_div -DTORCH_API_INCLUDE_EXTENSION_H -fPIC -c main.cpp
+FAILED: cuda.cuda.o
+/usr/local/cuda-13.0/bin/nvcc -MD -MF cuda.cuda.o.d -DTORCH_EXTENSION_NAME=kl_div -c cuda.cu -o cuda.cuda.o
+/tmp/ext/kl_div/cuda.cu(6): error: expected a ";"
+            void k(float* x) { x[0] = 1.0f }
+                                           ^
+
+1 error detected in the compilation of "/tmp/ext/kl_div/cuda.cu".
+ninja: build stopped: subcommand failed.
+"""
+GCC_LOG = """\
+FAILED: main.o
+c++ -MMD -MF main.o.d -DTORCH_EXTENSION_NAME=kl_div -c /tmp/ext/kl_div/main.cpp -o main.o
+/tmp/ext/kl_div/main.cpp:4:1: error: 'tensor' does not name a type
+    4 | tensor f(torch::Tensor x);
+      | ^~~~~~
+ninja: build stopped: subcommand failed.
+"""
+
+
+def test_capture_stdout_takes_what_a_subprocess_writes_to_descriptor_1(capfd):
+    """load_inline(verbose=True) runs ninja with stdout=1: the text never reaches sys.stdout."""
+    captured = child.Captured()
+    with child.capture_stdout(captured):
+        subprocess.run([sys.executable, "-c", "print('from ninja')"], stdout=1, check=True)
+        os.write(1, b"from this process\n")
+    assert "from ninja" in captured.text and "from this process" in captured.text
+    assert "from ninja" in capfd.readouterr().out  # passed on, not swallowed
+
+
+def test_capture_stdout_fills_in_even_when_the_block_raises():
+    captured = child.Captured()
+    with pytest.raises(RuntimeError), child.capture_stdout(captured):
+        subprocess.run([sys.executable, "-c", "print('compiler says no')"], stdout=1, check=True)
+        raise RuntimeError("Error building extension 'kl_div'")
+    assert "compiler says no" in captured.text
+
+
+@pytest.mark.parametrize("log, message, code", [
+    (NVCC_LOG, 'cuda.cu(6): error: expected a ";"', "void k(float* x) { x[0] = 1.0f }"),
+    (GCC_LOG, "main.cpp:4:1: error: 'tensor' does not name a type", "tensor f(torch::Tensor x);"),
+])
+def test_compiler_error_is_the_first_diagnostic_with_its_line(log, message, code):
+    found, detail = child.compiler_error(log + "\nError building extension 'kl_div'")
+    assert found.startswith(message) and code in found, found
+    assert "-DTORCH_EXTENSION_NAME" not in detail and "/tmp/ext" not in found
+
+
+def test_a_build_failure_without_the_log_is_still_a_compile_error():
+    stop = child.failure("load", RuntimeError("Error building extension 'kl_div'"), NVCC_LOG)
+    assert stop.status == "compile_error" and stop.message.startswith('cuda.cu(6): error: expected a ";"')
+    stop = child.failure("load", RuntimeError("Error building extension 'kl_div'"), "")
+    assert stop.status == "compile_error" and "kl_div" in stop.message
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_results_of_any_dtype_serialise_and_compare_bitwise(tmp_path, dtype):
+    loss = torch.tensor(1.5, dtype=dtype)
+    result = {"status": "passed", "value": loss, "dtype": dtype, "shape": (2, 3), "grad": torch.ones(2, dtype=dtype)}
+    child.write_json(tmp_path / "result.json", result)
+    back = json.loads((tmp_path / "result.json").read_text())
+    assert back == {"status": "passed", "value": 1.5, "dtype": str(dtype).removeprefix("torch."),
+                    "shape": [2, 3], "grad": [1.0, 1.0]}
+    assert child.bitwise_equal(loss, loss.clone()) and not child.bitwise_equal(loss, loss + 1)
+    assert not child.bitwise_equal(loss, loss.float() if dtype != torch.float32 else loss.double())
+    assert child.bitwise_equal(torch.randn(3, 4).to(dtype).t(), torch.randn(3, 4).to(dtype).t()) is False
+
+
+def test_a_replaced_function_is_noticed(monkeypatch):
+    spec = problems.get("kl_div")
+    before = child.watched(spec)
+    assert child.replaced(before, spec) == []
+    monkeypatch.setattr(torch.cuda.Event, "elapsed_time", lambda self, end: 1e-3)
+    monkeypatch.setattr(time, "perf_counter", lambda: 0.0)
+    monkeypatch.setattr(torch.nn.functional, "kl_div", lambda *a, **k: torch.tensor(0.0))
+    assert child.replaced(before, spec) == ["time.perf_counter", "torch.cuda.Event.elapsed_time",
+                                            "torch.nn.functional.kl_div"]
+
+
+def test_the_childs_clocks_were_bound_before_any_solution(monkeypatch):
+    monkeypatch.setattr(time, "perf_counter", lambda: 0.0)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    assert child._perf_counter is not time.perf_counter and child._synchronize is not torch.cuda.synchronize
+
+
+# --- compile tier: a real nvcc failure -------------------------------------------------------------
+
+@pytest.mark.compile
+def test_a_real_nvcc_error_is_captured_and_found(tmp_path):
+    """nvcc run the way ninja runs under load_inline(verbose=True): its output on descriptor 1."""
+    from losslab.build import find_cuda_home
+
+    nvcc = shutil.which("nvcc") or str(find_cuda_home() / "bin" / "nvcc")
+    source = tmp_path / "cuda.cu"
+    source.write_text("// one kernel\n__global__ void k(float* x) { x[0] = 1.0f }\n")
+    captured = child.Captured()
+    with child.capture_stdout(captured):
+        run = subprocess.run([nvcc, "-c", str(source), "-o", str(tmp_path / "cuda.o")],
+                             stdout=1, stderr=subprocess.STDOUT, cwd=tmp_path)
+    assert run.returncode != 0
+    message, detail = child.compiler_error(captured.text)
+    assert message.startswith("cuda.cu(2): error: expected a \";\"") and "x[0] = 1.0f" in message, captured.text
+    assert str(tmp_path) not in message
+
+
+# --- gpu tier: timed calls ----------------------------------------------------------------------------
+
+@pytest.mark.gpu
+def test_timed_calls_get_fresh_inputs_and_their_outputs_are_checked():
+    spec = problems.get("kl_div")
+    make = lambda seed: spec.make_inputs((128, 4096), seed=seed)  # noqa: E731
+    seen, answers = [], {}
+
+    def stale(predictions, targets):  # honest on the first inputs it sees, then stale
+        seen.append(predictions.data_ptr())
+        return answers.setdefault("first", spec.reference(predictions, targets))
+
+    flush = torch.empty(2**20, device="cuda")
+    with torch.no_grad():
+        times = child.time_forward(stale, make, list(range(5)), flush, spec.reference)
+        honest = child.time_forward(spec.reference, make, list(range(5)), flush, spec.reference)
+    assert len(times["event_ms"]) == len(times["wall_ms"]) == 5
+    assert times["mismatched"] == [1, 2, 3, 4]  # seed 0's answer is right only for seed 0
+    assert honest["mismatched"] == []
+    summary = child.summarize(honest, child.sync_overhead_ms(flush))
+    assert 0 < summary["event_ms"] <= summary["ms"] and summary["p10_ms"] <= summary["p90_ms"]
+    assert os.environ.get("CUDA_LAUNCH_BLOCKING") != "1"  # would hide side streams from no one
