@@ -8,20 +8,23 @@ the caller's CUDA context survives them.
 """
 import ast
 import importlib.util
+import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
 
-from losslab import build
-from losslab import problems
+from losslab import build, problems
 from losslab.__main__ import main
 from losslab.kernelbench.evaluate import STATUSES, Verdict, evaluate
 from losslab.kernelbench.export import ExportError, cuda_source, export_solution, inline_includes
 
+SOLUTIONS_DIR = Path(__file__).parent / "solutions"  # cheating and broken solutions, one trick each
 PAIRS = [(p, v) for p in problems.names() for v in problems.get(p).variants]
 # the batchmean mistake: divide by every element, not by the batch size (kl_div vectorized.cu)
 RIGHT_DIVISOR = "return launch_sum_partials(row_partials, B, float(B), loss, stream);"
@@ -124,6 +127,56 @@ def test_evaluate_rejects_bad_arguments(tmp_path):
         evaluate(path, "softmax")
 
 
+def test_path_errors_name_the_argument_before_anything_runs(tmp_path, monkeypatch):
+    """The CLI prints these as one line: nothing may be spawned first."""
+    import losslab.kernelbench.evaluate as evaluation
+
+    def spawn(*args, **kwargs):
+        raise AssertionError("a child was started")
+
+    monkeypatch.setattr(evaluation.subprocess, "Popen", spawn)
+    good = write_solution(tmp_path, "good", SOLUTIONS["good"])
+    with pytest.raises(FileNotFoundError, match=r"^solution_path: no file .*missing\.py"):
+        evaluate(tmp_path / "missing.py", "kl_div", device="cpu")
+    with pytest.raises(ValueError, match=r"^solution_path: .* is a directory"):
+        evaluate(tmp_path, "kl_div", device="cpu")
+    with pytest.raises(FileNotFoundError, match=r"^json_path: the folder .*nowhere does not exist"):
+        evaluate(good, "kl_div", device="cpu", json_path=tmp_path / "nowhere" / "v.json")
+    with pytest.raises(ValueError, match=r"^json_path: .* is a directory"):
+        evaluate(good, "kl_div", device="cpu", json_path=tmp_path)
+    with pytest.raises(ValueError, match=r"^size: expected a size name or two positive integers"):
+        evaluate(good, "kl_div", device="cpu", size=(0, 5))
+    with pytest.raises(ValueError, match=r"^dtype: expected one of float32, bfloat16, float16, got 'float64'"):
+        evaluate(good, "kl_div", device="cpu", dtype="float64")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU path")
+def test_the_verdict_is_written_to_json_path(tmp_path):
+    verdict = evaluate(write_solution(tmp_path, "good", SOLUTIONS["good"]), "kl_div", json_path=tmp_path / "v.json")
+    assert json.loads((tmp_path / "v.json").read_text())["status"] == verdict.status == "no_gpu"
+
+
+# --- cpu tier: the child end to end, in its CPU dry run -----------------------------------------
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("kind", ["good", "wrong_values"])
+def test_evaluate_in_16_bit(tmp_path, dtype, kind):
+    """bfloat16 used to crash the child (numpy has no bfloat16): every solution was 'crashed'."""
+    path = write_solution(tmp_path, kind, SOLUTIONS[kind])
+    verdict = evaluate(path, "kl_div", size="narrow", dtype=dtype, device="cpu")
+    assert verdict.status == ("passed" if kind == "good" else kind), verdict.format()
+    assert verdict.dtype == dtype and f"3x1000 {dtype}" in verdict.format()
+    if kind == "good":
+        assert verdict.repeatable and verdict.backward["passed"] and len(verdict.trials) == 5
+
+
+def test_a_solution_that_patches_the_timer_is_tampered(tmp_path):
+    verdict = evaluate(SOLUTIONS_DIR / "patched_timer.py", "kl_div", size="narrow", device="cpu")
+    assert verdict.status == "tampered", verdict.format()
+    for name in ("torch.cuda.Event.elapsed_time", "time.perf_counter", "torch.cuda.synchronize"):
+        assert name in verdict.message
+
+
 # --- cpu tier: the child end to end, in its CPU dry run -----------------------------------------
 
 @pytest.mark.parametrize("kind", list(SOLUTIONS))
@@ -156,7 +209,7 @@ def test_export_is_one_self_contained_python_file(problem, variant):
     tree = ast.parse(text)
     defined = {node.name for node in tree.body if isinstance(node, (ast.ClassDef, ast.FunctionDef))}
     assert {"Model", "ModelNew", "get_inputs", "get_init_inputs"} <= defined
-    assert "losslab" not in "".join(l for l in text.splitlines() if l.startswith(("import", "from")))
+    assert "losslab" not in "".join(line for line in text.splitlines() if line.startswith(("import", "from")))
     assert f"{problem}_{variant}_forward" in text  # the rung's launcher, defined in the inlined .cu
     assert '#include "' not in text, "a local include was left unresolved"
     source = cuda_source(problem, variant)
@@ -226,8 +279,8 @@ def test_exported_solution_builds_with_load_inline(tmp_path, problem, variant):
     GPU is needed to build and import, and importing fails on any launcher the binding misses."""
     path = tmp_path / "solution.py"
     path.write_text(export_solution(problem, variant))
-    code = ("import importlib.util as u; s = u.spec_from_file_location('s', r'%s'); m = u.module_from_spec(s); "
-            "s.loader.exec_module(m); e = m.extension(); print(callable(e.forward), callable(e.backward))" % path)
+    code = (f"import importlib.util as u; s = u.spec_from_file_location('s', r'{path}'); m = u.module_from_spec(s); "
+            "s.loader.exec_module(m); e = m.extension(); print(callable(e.forward), callable(e.backward))")
     run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=build_env(tmp_path),
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0 and run.stdout.split() == ["True", "True"], run.stderr[-3000:]
@@ -243,6 +296,18 @@ def test_a_solution_that_does_not_compile_gets_the_compilers_message(tmp_path, m
     verdict = evaluate(path, "kl_div", size="narrow", device="cpu", timeout_s=600)
     assert verdict.status == "compile_error", verdict.format()
     assert "error" in verdict.message and "cuda.cu(" in verdict.message
+
+
+@pytest.mark.compile
+def test_a_verbose_build_that_fails_shows_the_first_compiler_error(monkeypatch):
+    """load_inline(verbose=True) sends the compiler's output to stdout; the exception says only
+    "Error building extension 'kl_div'". The build comes before any launch: no GPU needed."""
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0")
+    verdict = evaluate(SOLUTIONS_DIR / "verbose_compile_error.py", "kl_div", size="narrow", device="cpu")
+    assert verdict.status == "compile_error", verdict.format()
+    assert re.match(r'cuda\.cu\(\d+\): error: identifier "numel" is undefined', verdict.message), verdict.message
+    assert "kl_div_terms<<<" in verdict.message and verdict.stage == "load"
+    assert "-DTORCH_EXTENSION_NAME" not in verdict.detail
 
 
 # --- gpu tier --------------------------------------------------------------------------------------
@@ -290,3 +355,43 @@ def test_broken_solutions_get_their_verdict_and_leave_cuda_usable(tmp_path, kind
     verdict = evaluate(path, "kl_div", size="small", repeats=3, timeout_s=30 if kind == "timed_out" else 600)
     assert verdict.status == kind, verdict.format()
     assert (torch.ones(4, device="cuda") + 1).sum().item() == 8.0  # the caller's CUDA context is fine
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("problem", problems.names())
+def test_exported_solutions_pass_in_16_bit(tmp_path, ext_cache, problem, dtype):
+    spec = problems.get(problem)
+    variant = next(v for v in spec.variants if getattr(torch, dtype) in spec.dtypes(v))
+    path = tmp_path / "solution.py"
+    path.write_text(export_solution(problem, variant))
+    verdict = evaluate(path, problem, size="odd", dtype=dtype, repeats=5, build_dir=ext_cache)
+    assert verdict.passed, verdict.format()
+    assert verdict.repeatable is not None and verdict.backward["passed"]
+    assert verdict.timing["floor_ms"] <= verdict.timing["solution_ms"]
+
+
+CHEAT_SIZE = (8192, 16384)  # 0.5 GiB per input: hidden work far above the host clock's jitter
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name, status, says", [
+    ("stale_result.py", "wrong_values", "timed call 0"),
+    ("side_stream.py", "hidden_work", "outside the caller's stream"),
+    ("patched_timer.py", "tampered", "torch.cuda.Event.elapsed_time"),
+])
+def test_each_timing_trick_is_caught(name, status, says):
+    verdict = evaluate(SOLUTIONS_DIR / name, "kl_div", size=CHEAT_SIZE, repeats=10, compare_compile=False)
+    print(verdict.format())
+    assert verdict.status == status and says in verdict.message, verdict.format()
+    assert (torch.ones(4, device="cuda") + 1).sum().item() == 8.0
+
+
+@pytest.mark.gpu
+def test_a_cached_answer_gains_nothing_from_the_timing():
+    """Its cache hits only for the same input objects; every timed call has fresh ones."""
+    verdict = evaluate(SOLUTIONS_DIR / "cached_result.py", "kl_div", size=CHEAT_SIZE, repeats=10,
+                       compare_compile=False)
+    print(verdict.format())
+    assert verdict.passed, verdict.format()  # right for every input: the cache never answers
+    assert verdict.timing["speedup_eager"] < 1.5 and verdict.timing["solution_ms"] > verdict.timing["floor_ms"]
