@@ -7,9 +7,9 @@ writes, for each ``notebooks/*.ipynb``:
     reports/<name>.html                its HTML export (nbconvert)
     reports/figures/<name>_<n>.png     its n-th PNG output (n from 1)
 
-and ``reports/index.html`` linking them all with the device, date and kernel hash
+and ``reports/index.html`` linking them all with the device, date, versions and kernel hash
 of the results each notebook shows (read from the metadata of its
-``workbook.banner`` output) and a list of every record under ``reports/results/``.
+``present.results.banner`` outputs) and a list of every record under ``reports/results/``.
 Nothing under ``notebooks/`` is written.
 """
 from __future__ import annotations
@@ -24,10 +24,11 @@ import nbformat
 import papermill
 from nbconvert import HTMLExporter
 
-from losslab import problems
-from losslab import records
+from losslab import problems, records
 from losslab.build import ROOT
-from losslab.present.workbook import METADATA_KEY
+from losslab.present import tables
+from losslab.present.html import format_date
+from losslab.present.results import METADATA_KEY
 
 NOTEBOOKS = ROOT / "notebooks"
 KERNEL_NAME = "python3"  # ipykernel's own kernel: runs on the Python that runs papermill (the venv's)
@@ -36,7 +37,7 @@ KERNEL_NAME = "python3"  # ipykernel's own kernel: runs on the Python that runs 
 @dataclass
 class NotebookReport:
     """What became of one notebook: paths of its outputs, the seconds it took, the
-    results it showed (provenance dicts from its banners) and the error, if it failed."""
+    results it showed (``present.results.source_info`` dicts from its banners) and the error, if it failed."""
 
     name: str
     executed: Path
@@ -66,7 +67,7 @@ def extract_figures(nb: nbformat.NotebookNode, folder: Path, name: str) -> list[
 
 
 def shown_results(nb: nbformat.NotebookNode) -> list[dict]:
-    """The provenance each ``workbook.banner`` output of ``nb`` recorded in its metadata."""
+    """What each ``present.results.banner`` output of ``nb`` recorded in its metadata (``source_info``)."""
     return [output["metadata"][METADATA_KEY] for cell in nb.cells for output in cell.get("outputs", [])
             if METADATA_KEY in output.get("metadata", {})]
 
@@ -99,7 +100,7 @@ def run_notebook(source: Path, output_dir: Path, parameters: dict | None = None)
     return report
 
 
-def _provenance_html(shows: list[dict]) -> str:
+def _shown_html(shows: list[dict]) -> str:
     if not shows:
         return "&mdash;"
     items = []
@@ -107,15 +108,17 @@ def _provenance_html(shows: list[dict]) -> str:
         if s["source"] == "none":
             items.append(f"{html.escape(s['problem'])}: no results recorded yet")
             continue
-        fresh = "matches kernels/" if s["fresh"] else "<b>does not match kernels/</b>"
+        fresh = "matches the sources now" if s["fresh"] else "<b>does not match the sources now</b>"
+        dates = ", ".join(format_date(d) for d in s.get("dates") or [s["date"]])
         items.append(f"{html.escape(s['problem'])}: {html.escape(s['source'])} on {html.escape(s['device'])}, "
-                     f"{html.escape(s['date'])}, kernels sha256 <code>{s['kernels_sha256'][:12]}</code> ({fresh})")
+                     f"{html.escape(dates)}, torch {html.escape(s['torch'])}, CUDA {html.escape(s['cuda'])}, "
+                     f"sources sha256 <code>{s['sources_sha256'][:12]}</code> ({fresh})")
     return "<br>".join(items)
 
 
 def write_index(output_dir: Path, reports: list[NotebookReport], results_dir: Path = records.RESULTS_DIR) -> Path:
     """Write ``output_dir/index.html``: each notebook's HTML, executed copy, figures and the
-    provenance of the results it shows, then every recorded result. Returns its path."""
+    device and date of the results it shows, then every recorded result. Returns its path."""
     rows = []
     for r in reports:
         rel = lambda p: html.escape(p.relative_to(output_dir).as_posix())
@@ -123,29 +126,17 @@ def write_index(output_dir: Path, reports: list[NotebookReport], results_dir: Pa
         status = f'<span style="color:#b00">FAILED: {html.escape(r.error)}</span>' if r.error else f"{r.seconds:.1f} s"
         rows.append(f'<tr><td><a href="{rel(r.html)}">{html.escape(r.name)}</a><br>'
                     f'<small><a href="{rel(r.executed)}">executed .ipynb</a> &middot; {status}</small></td>'
-                    f"<td>{_provenance_html(r.shows)}</td><td>{figures}</td></tr>")
-    recorded = []
-    for record in records.load_records(results_dir):
-        for problem, section in sorted(record["problems"].items()):
-            fresh = "yes" if records.is_fresh(section, problem) else "<b>no</b>"
-            recorded.append(f"<tr><td>{html.escape(record['device'])}</td><td>{html.escape(problem)}</td>"
-                           f"<td>{html.escape(section['date'])}</td><td>torch {html.escape(section['torch'])}, "
-                           f"CUDA {html.escape(str(section['cuda']))}</td>"
-                           f"<td><code>{section['kernels_sha256'][:12]}</code></td><td>{fresh}</td></tr>")
-    records_html = ("<table><tr><th>device</th><th>problem</th><th>date (UTC)</th><th>versions</th>"
-                    "<th>kernels sha256</th><th>matches kernels/</th></tr>" + "".join(recorded) + "</table>"
-                    if recorded else "<p>No results recorded yet: run <code>python -m losslab bench &lt;problem&gt;</code> "
-                                    "on a GPU machine and commit <code>reports/results/</code>.</p>")
+                    f"<td>{_shown_html(r.shows)}</td><td>{figures}</td></tr>")
     page = f"""<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>losslab report</title>
 <style>body{{font-family:sans-serif;margin:2em}} td,th{{padding:4px 10px;text-align:left;vertical-align:top}}
 table{{border-collapse:collapse}} tr{{border-bottom:1px solid #ddd}}</style></head>
 <body><h1>losslab report</h1>
-<p>Built {time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}; current kernels sha256:
-{", ".join(f"{p} <code>{records.kernels_sha256(p)[:12]}</code>" for p in problems.names())}.</p>
+<p>Built {time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}; current sources sha256:
+{", ".join(f"{p} <code>{records.sources_sha256(p)[:12]}</code>" for p in problems.names())}.</p>
 <h2>Notebooks</h2>
 <table><tr><th>notebook</th><th>results shown</th><th>figures</th></tr>{"".join(rows)}</table>
-<h2>Recorded results</h2>{records_html}
+<h2>Recorded results</h2>{tables.records_table(results_dir)}
 </body></html>
 """
     index = output_dir / "index.html"
