@@ -1,0 +1,163 @@
+"""The notebooks' parameters, checked before any cell uses them.
+
+Each notebook's first code cell passes every value of its ``parameters`` cell to
+:func:`validate`; a value it cannot take stops the notebook there with one line naming the
+parameter, the value and what is allowed (in Jupyter without a traceback, under papermill as the
+cell's error), instead of a bare KeyError, a silently empty table or a driver error cells later.
+
+    parameters.validate(problem=problem, size=size, variants=variants, device=device, live=live,
+                        results_dir=results_dir)
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from losslab import problems, records
+from losslab.measure.peers import PEERS
+from losslab.present.results import gpu_name, recorded_devices, same_device, shown_path
+
+DTYPES = ("float32", "bfloat16", "float16")
+FLAGS = ("interactive", "profile_with_ncu", "grade_solutions")  # parameters that are True or False
+
+
+class ParameterError(ValueError):
+    """A notebook parameter holds a value it cannot take. The message names the parameter, the
+    value and the allowed values; IPython shows it as that one line (no traceback)."""
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"ParameterError: {self}"]
+
+
+def _one_of(name: str, value, allowed, what: str = "") -> None:
+    if not isinstance(value, str) or value not in allowed:
+        kind = " (a string)" if isinstance(value, str) else f" (a {type(value).__name__})"
+        raise ParameterError(f"{name}: {value!r}{kind if not isinstance(value, str) else ''} is not "
+                             f"{what or 'allowed'}; expected one of: {', '.join(allowed)}")
+
+
+def _list_of(name: str, value, allowed, what: str, none_means: str = "", empty_ok: bool = False) -> None:
+    """``value`` must be a list (or tuple) of ``allowed`` strings; None only when ``none_means``
+    says what None stands for; [] only when ``empty_ok``."""
+    if value is None and none_means:
+        return
+    expected = f"expected {f'None ({none_means}) or ' if none_means else ''}a list of {what} such as " \
+               f"{[allowed[-1]]!r} (allowed: {', '.join(allowed)})"
+    if isinstance(value, str) or not isinstance(value, (list, tuple)):
+        raise ParameterError(f"{name}: {value!r} is a {type(value).__name__}, not a list; {expected}")
+    if not value and not empty_ok:
+        raise ParameterError(f"{name}: {value!r} is empty; {expected}")
+    for item in value:
+        _one_of(name, item, allowed, what=f"one of the {what}")
+
+
+def _problems_named(params: dict) -> list[str]:
+    names = params.get("problem_names") or ([params["problem"]] if "problem" in params else [])
+    return [n for n in names if n in problems.names()]
+
+
+def _check_size(value, params: dict) -> None:
+    names = _problems_named(params) or list(problems.names())
+    allowed = [s for s in problems.get(names[0]).sizes if all(s in problems.get(n).sizes for n in names)]
+    _one_of("size", value, allowed, what=f"a size of {', '.join(names)}")
+
+
+def _check_variant(value, params: dict) -> None:
+    problem = params.get("problem", problems.names()[0])
+    _one_of("variant", value, problems.get(problem).variants, what=f"a rung of {problem}")
+
+
+def _check_variants(value, params: dict) -> None:
+    problem = params.get("problem", problems.names()[0])
+    _list_of("variants", value, problems.get(problem).variants, f"rungs of {problem}", "every rung")
+
+
+def _check_results_dir(value, params: dict) -> None:
+    if value is not None and not (isinstance(value, (str, Path)) and Path(value).is_dir()):
+        raise ParameterError(f"results_dir: {value!r} is not a folder; expected None (the default, "
+                             f"{shown_path(params['_default_results_dir'])}) or an existing folder of records")
+
+
+def _check_device(value, params: dict) -> None:
+    if value is None:
+        return
+    if not isinstance(value, str):
+        raise ParameterError(f"device: {value!r} is not a device name; expected None or a name such as "
+                             "'NVIDIA H200' (or its slug 'nvidia-h200')")
+    here = gpu_name()
+    if here is not None and same_device(value, here) and params.get("live") is not False:
+        return
+    folder = Path(params.get("results_dir") or params["_default_results_dir"])
+    devices = recorded_devices(folder)
+    if any(same_device(value, d) for d in devices):
+        return
+    raise ParameterError(f"device: {value!r} has no record under {shown_path(folder)} and is not the GPU here "
+                         f"({here or 'none'}); expected None or one of: "
+                         + (", ".join(devices) if devices else "(no device has a record there)"))
+
+
+def _needs_gpu(name: str) -> Callable:
+    def check(value, params: dict) -> None:
+        if value not in (None, True, False):
+            raise ParameterError(f"{name}: {value!r} is not allowed; expected one of: None, True, False")
+        if value is True and not torch.cuda.is_available():
+            raise ParameterError(f"{name}: True needs a CUDA GPU and none is visible here; expected None "
+                                 "(use one when visible) or False")
+    return check
+
+
+def _positive(name: str, whole: bool, example: str) -> Callable:
+    kinds, what = ((int,), "whole number") if whole else ((int, float), "number")
+
+    def check(value, params: dict) -> None:
+        if isinstance(value, bool) or not isinstance(value, kinds) or value <= 0:
+            raise ParameterError(f"{name}: {value!r} is not a {what} above 0; expected e.g. {example}")
+    return check
+
+
+def _flag(name: str) -> Callable:
+    def check(value, params: dict) -> None:
+        if not isinstance(value, bool):
+            raise ParameterError(f"{name}: {value!r} is not allowed; expected one of: True, False")
+    return check
+
+
+CHECKS: dict[str, Callable] = {  # in the order they run: later checks read earlier parameters
+    "problem": lambda v, p: _one_of("problem", v, problems.names(), what="a problem"),
+    "problem_names": lambda v, p: _list_of("problem_names", v, problems.names(), "problems"),
+    "variant": _check_variant,
+    "variants": _check_variants,
+    "size": _check_size,
+    "dtype": lambda v, p: _one_of("dtype", v, DTYPES, what="a dtype with kernels"),
+    "peers": lambda v, p: _list_of("peers", v, PEERS, "PyTorch peers", empty_ok=True),
+    "live": _needs_gpu("live"),
+    "gpu": _needs_gpu("gpu"),
+    "results_dir": _check_results_dir,
+    "device": _check_device,
+    "repeats": _positive("repeats", whole=True, example="20"),
+    "timeout_s": _positive("timeout_s", whole=False, example="600"),
+    **{name: _flag(name) for name in FLAGS},
+}
+
+
+def validate(*, default_results_dir: Path | str = records.RESULTS_DIR, **parameters) -> None:
+    """Check a notebook's parameters (pass every one, by name); return None if all are usable.
+
+    ``default_results_dir`` is where the notebook looks for records when ``results_dir`` is
+    None (``reports/results/``; the pitfalls notebook passes its own folder). A ``device`` must
+    be the visible GPU or have a record there.
+
+    Raises:
+        ParameterError: the first parameter that holds a value it cannot take; the message names
+            the parameter, the value and the allowed values.
+        TypeError: a parameter this module has no check for (a new notebook parameter needs one).
+    """
+    unknown = [name for name in parameters if name not in CHECKS]
+    if unknown:
+        raise TypeError(f"validate: no check for parameter(s) {', '.join(unknown)}; add one to parameters.CHECKS")
+    context = {**parameters, "_default_results_dir": Path(default_results_dir)}
+    for name, check in CHECKS.items():
+        if name in parameters:
+            check(parameters[name], context)

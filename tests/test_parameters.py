@@ -1,0 +1,77 @@
+"""The notebooks' parameters (cpu tier): every value a notebook cannot take stops it with one line
+naming the parameter, the value and what is allowed (``present.parameters.validate``).
+
+Each probe is a mistake a user made in a notebook's parameters cell; on the main before this
+module each one gave a bare KeyError, a silently wrong page or a driver error cells later.
+"""
+import pytest
+import torch
+
+from losslab import problems
+from losslab.present.parameters import ParameterError, validate
+
+
+@pytest.mark.parametrize("given, words", [
+    ({"problem": "kl_div", "size": "huge"}, ["size: 'huge'", "seed, small, odd, narrow, scalar"]),
+    ({"problem": "kl_div", "variants": ["turbo"]}, ["variants: 'turbo'", "naive, shared_memory"]),
+    ({"problem": "kl_div", "variants": "vectorized"}, ["variants: 'vectorized' is a str, not a list", "['fused']"]),
+    ({"problem": "kl_div", "variants": []}, ["variants: [] is empty"]),
+    ({"problem": "kl"}, ["problem: 'kl'", "kl_div, cross_entropy"]),
+    ({"problem_names": "kl_div"}, ["problem_names: 'kl_div' is a str, not a list"]),
+    ({"problem_names": ["kl_div", "softmax"]}, ["problem_names: 'softmax'", "kl_div, cross_entropy"]),
+    ({"problem": "kl_div", "variant": "fastest"}, ["variant: 'fastest'", "vectorized"]),
+    ({"dtype": "float64"}, ["dtype: 'float64'", "float32, bfloat16, float16"]),
+    ({"peers": ["turbo"]}, ["peers: 'turbo'", "eager, compile, liger"]),
+    ({"repeats": 0}, ["repeats: 0 is not a whole number above 0"]),
+    ({"repeats": 2.5}, ["repeats: 2.5"]),
+    ({"timeout_s": -1}, ["timeout_s: -1"]),
+    ({"interactive": "yes"}, ["interactive: 'yes'", "True, False"]),
+    ({"results_dir": "/no/such/folder"}, ["results_dir: '/no/such/folder' is not a folder", "reports/results/"]),
+])
+def test_a_bad_value_names_the_parameter_the_value_and_the_allowed_values(given, words):
+    with pytest.raises(ParameterError) as err:
+        validate(**given)
+    message = str(err.value)
+    assert "\n" not in message
+    for word in words:
+        assert word in message, message
+
+
+def test_good_values_pass():
+    validate(problem="kl_div", size="odd", variants=["naive", "fused"], dtype="bfloat16", repeats=3, live=False,
+             device=None, results_dir=None, peers=[], interactive=False, gpu=False)
+    validate(problem_names=list(problems.names()), size="seed", profile_with_ncu=True)
+    validate(problem="cross_entropy", variant="vectorized", timeout_s=0.5)
+
+
+def test_an_unknown_device_names_the_devices_that_have_records(recorded_dir):
+    with pytest.raises(ParameterError, match=r"device: 'NVIDIA B200' has no record under .*Fixture GPU"):
+        validate(device="NVIDIA B200", results_dir=str(recorded_dir))
+    validate(device="Fixture GPU", results_dir=str(recorded_dir))
+    validate(device="fixture-gpu", results_dir=str(recorded_dir))  # its file-name slug
+
+
+def test_the_device_is_looked_up_in_the_notebooks_own_default_folder(recorded_dir, tmp_path):
+    """The pitfalls notebook keeps its records elsewhere: it passes that folder as the default."""
+    validate(device="Fixture GPU", default_results_dir=recorded_dir)
+    with pytest.raises(ParameterError, match="no device has a record there"):
+        validate(device="Fixture GPU", default_results_dir=tmp_path / "empty")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the answer without a GPU")
+@pytest.mark.parametrize("name", ["gpu", "live"], ids=lambda name: f"{name}=True")  # "gpu" alone would mark the tier
+def test_asking_for_a_gpu_without_one_says_so_before_any_driver_call(name):
+    with pytest.raises(ParameterError, match=f"{name}: True needs a CUDA GPU and none is visible here"):
+        validate(**{name: True})
+
+
+def test_a_parameter_without_a_check_is_a_programming_error():
+    with pytest.raises(TypeError, match="no check for parameter"):
+        validate(colour="red")
+
+
+def test_ipython_shows_the_error_as_one_line():
+    """IPython calls ``_render_traceback_`` instead of printing a traceback."""
+    with pytest.raises(ParameterError) as err:
+        validate(problem="kl_div", size="huge")
+    assert err.value._render_traceback_() == [f"ParameterError: {err.value}"]
