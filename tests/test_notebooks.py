@@ -1,66 +1,26 @@
-"""The workbook runs headless (cpu tier): every notebook executes under papermill, is
-committed clean, and `build_report` produces a browsable report; and the helpers the
-notebooks call (losslab.workbook) render what they promise.
+"""The workbook runs headless (cpu tier): every notebook executes under papermill, is committed
+clean with one ``parameters`` cell of literals that its first code cell validates, stops with one
+line on a parameter it cannot take, and ``build_report`` produces a browsable report.
 
-The sections below are test fixtures with made-up round numbers, written only to tmp
-folders to exercise the rendering; they are never written under reports/.
+What the notebooks' cells render is tested in test_present.py, test_parameters.py and
+test_roofline.py; the records used here are the shared fixtures of conftest.py (tmp folders only).
 """
 import ast
-import html
 import re
 from pathlib import Path
 
 import pytest
 import torch
-from matplotlib.figure import Figure
 
 REASON = "notebook tests need nbformat and papermill (pip install -r requirements.txt)"
 nbformat = pytest.importorskip("nbformat", reason=REASON)
 papermill = pytest.importorskip("papermill", reason=REASON)
 
-from losslab import problems, records  # noqa: E402 (after the skips)
-from losslab.measure.bench import BenchRow  # noqa: E402
-from losslab.measure.check import CheckResult  # noqa: E402
-from losslab.present import report, workbook  # noqa: E402
+from losslab import records  # noqa: E402 (after the skips)
+from losslab.present import parameters, report  # noqa: E402
 
 NOTEBOOKS = report.notebooks()
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-
-
-def fixture_section(problem: str = "kl_div", device: str = "Fixture GPU", fresh: bool = True) -> dict:
-    """A recorded section shaped like `python -m losslab bench` writes, with made-up times:
-    naive 100 ms, the other rungs ~1 ms; one failing check (naive, backward, the first case)."""
-    spec = problems.get(problem)
-    shape = spec.sizes["seed"]
-    bandwidth = {"read": 1000.0, "copy": 900.0}
-    times = {**{v: 1.0 for v in spec.variants}, "naive": 100.0, "eager": 4.0, "compile": 2.0}
-    rows = []
-    for name, ms in times.items():
-        for direction in problems.DIRECTIONS:
-            cost = spec.cost(shape, direction)
-            ceiling = workbook.ceiling_for(problem, shape, direction)
-            gbps = cost.bytes / ms / 1e6
-            rows.append(BenchRow(problem, name, "peer" if name in ("eager", "compile") else "variant", direction,
-                                 shape, "float32", ms, ms, ms, 20, gbps, ceiling, gbps / bandwidth[ceiling],
-                                 2**20, 1e-7))
-    for row in rows:
-        row.speedup = {p.implementation: p.median_ms / row.median_ms for p in rows
-                       if p.kind == "peer" and p.direction == row.direction and p is not row}
-    cases = ["random 3x1000", "B = 1 (one row)"]
-    checks = [CheckResult(problem, v, case, (3, 1000), d, 1e-8, 1e-5, True)
-              for v in spec.variants for case in cases for d in ("forward", "backward")]
-    checks[1] = CheckResult(problem, "naive", cases[0], (3, 1000), "backward", 1.0, 1e-6, False, "fixture failure")
-    return {"device": device, "date": "2000-01-01T00:00:00+00:00", "torch": "fixture", "cuda": "fixture",
-            "kernels_sha256": records.kernels_sha256(problem) if fresh else "0" * 64, "shape": list(shape),
-            "dtype": "float32", "repeats": 20, "bandwidth_gbps": bandwidth,
-            "rows": [r.as_dict() for r in rows], "checks": [c.as_dict() for c in checks]}
-
-
-@pytest.fixture
-def recorded_dir(tmp_path) -> Path:
-    """A results folder holding one fixture record for kl_div."""
-    records.save_section("kl_div", fixture_section(), tmp_path)
-    return tmp_path
 
 
 @pytest.fixture(scope="module")
@@ -108,6 +68,27 @@ def test_one_parameters_cell_of_literals(path):
         ast.literal_eval(statement.value)
 
 
+def parameters_of(nb) -> list[str]:
+    tagged = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+    return [target.id for statement in ast.parse(tagged.source).body for target in statement.targets]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_first_code_cell_validates_every_parameter(path):
+    """The cell after the parameters cell passes each parameter, by its own name, to
+    ``parameters.validate`` before any other call uses it."""
+    nb = nbformat.read(path, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    index = next(i for i, c in enumerate(code) if "parameters" in c.metadata.get("tags", []))
+    source = "\n".join(line for line in code[index + 1].source.splitlines() if not line.startswith("%"))
+    calls = [node for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Call)
+             and ast.unparse(node.func) == "parameters.validate"]
+    assert len(calls) == 1, f"{path.name}: no parameters.validate(...) call in the first code cell"
+    passed = {k.arg: ast.unparse(k.value) for k in calls[0].keywords if k.arg != "default_results_dir"}
+    assert passed == {name: name for name in parameters_of(nb)}
+    assert set(passed) <= set(parameters.CHECKS)
+
+
 # --- executed headless, and the report ----------------------------------------------------------
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
@@ -141,14 +122,14 @@ def test_figures_are_png_images(built):
 
 
 def test_index_states_what_the_notebooks_show(built):
-    """With a record: its device, date and kernel hash; without one: that there is none."""
+    """With a record: its device and sources hash; without one: that there is none."""
     index = (built / "index.html").read_text()
     try:
         section = records.latest_section("kl_div")
     except LookupError:
         assert "no results recorded yet" in index
     else:
-        assert section["device"] in index and section["kernels_sha256"][:12] in index
+        assert section.device in index and section.sources_sha256[:12] in index
 
 
 def test_notebook_renders_a_record(recorded_dir, tmp_path):
@@ -165,144 +146,46 @@ def test_notebook_renders_a_record(recorded_dir, tmp_path):
     assert report.shown_results(executed)[0]["device"] == "Fixture GPU"
 
 
-# --- workbook: results and provenance -------------------------------------------------------------
+# --- a parameter a notebook cannot take ------------------------------------------------------------
 
-def test_no_record_gives_none_and_says_so(tmp_path):
-    assert workbook.load_results("kl_div", live=False, results_dir=tmp_path) is None
-    text = workbook.banner(None, "kl_div").plain
-    assert "No recorded results yet for kl_div" in text
-    for render in (workbook.check_table, workbook.timing_table, workbook.bandwidth_chart, workbook.measured_floor):
-        assert "No results yet" in render(None)
-
-
-def test_load_recorded(recorded_dir):
-    section = workbook.load_results("kl_div", live=False, results_dir=recorded_dir)
-    assert section["source"] == "recorded" and section["problem"] == "kl_div"
-    assert section["device"] == "Fixture GPU"
-    # a device by its file-name slug; an unknown device has no record
-    assert workbook.load_results("kl_div", device="fixture-gpu", live=False, results_dir=recorded_dir)
-    assert workbook.load_results("kl_div", device="Other GPU", live=False, results_dir=recorded_dir) is None
+def run(name: str, tmp_path: Path, **parameters_given):
+    """Execute ``notebooks/<name>.ipynb`` with ``parameters_given``; return the executed notebook."""
+    out = tmp_path / f"{name}.ipynb"
+    papermill.execute_notebook(str(report.NOTEBOOKS / f"{name}.ipynb"), str(out), kernel_name=report.KERNEL_NAME,
+                               parameters=parameters_given, progress_bar=False)
+    return nbformat.read(out, as_version=4)
 
 
-def test_load_recorded_keeps_the_variants_asked_for(recorded_dir):
-    section = workbook.load_results("kl_div", variants=["vectorized"], live=False, results_dir=recorded_dir)
-    assert {r["implementation"] for r in section["rows"]} == {"vectorized", "eager", "compile"}
-    assert {c["variant"] for c in section["checks"]} == {"vectorized"}
+@pytest.mark.parametrize("name, given, words", [
+    ("01_kl_div", {"size": "huge"}, ["size: 'huge'", "seed, small"]),
+    ("04_explorer", {"variants": ["turbo"]}, ["variants: 'turbo'", "vectorized"]),
+    ("04_explorer", {"variants": "vectorized"}, ["variants: 'vectorized' is a str, not a list"]),
+    ("03_roofline", {"problem_names": ["kl_div"], "size": "huge"}, ["size: 'huge'"]),
+], ids=["01-size", "04-unknown-variant", "04-variants-string", "03-size"])
+def test_a_bad_parameter_stops_the_notebook_with_one_line(tmp_path, name, given, words):
+    with pytest.raises(papermill.PapermillExecutionError) as err:
+        run(name, tmp_path, **given)
+    assert err.value.ename == "ParameterError"
+    for word in words:
+        assert word in err.value.evalue, err.value.evalue
 
 
-def test_load_rejects_unknown_names():
-    with pytest.raises(ValueError, match="size"):
-        workbook.load_results("kl_div", size="huge", live=False)
-    with pytest.raises(ValueError, match="variant"):
-        workbook.load_results("kl_div", variants=["fastest"], live=False)
+def test_an_unknown_device_names_the_recorded_ones(tmp_path, recorded_dir):
+    with pytest.raises(papermill.PapermillExecutionError) as err:
+        run("02_cross_entropy", tmp_path, device="NVIDIA B200", results_dir=str(recorded_dir), live=False)
+    assert "device: 'NVIDIA B200'" in err.value.evalue and "Fixture GPU" in err.value.evalue
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error raised without a GPU")
-def test_live_without_gpu_says_why():
-    with pytest.raises(RuntimeError, match="needs a CUDA GPU"):
-        workbook.load_results("kl_div", live=True)
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the answer without a GPU")
+def test_asking_05_for_a_gpu_without_one_says_so(tmp_path):
+    with pytest.raises(papermill.PapermillExecutionError) as err:
+        run("05_your_turn", tmp_path, gpu=True)
+    assert err.value.ename == "ParameterError" and "gpu: True needs a CUDA GPU" in err.value.evalue
 
 
-def test_banner_states_source_device_date_and_freshness(tmp_path):
-    fresh = {**fixture_section(), "problem": "kl_div", "source": "recorded"}
-    text = workbook.banner(fresh, "kl_div").plain
-    assert text.startswith("RECORDED results") and "Fixture GPU" in text and "2000-01-01 00:00 UTC" in text
-    assert "matches kernels/" in text and "NOT" not in text
-    stale = {**fixture_section(fresh=False), "problem": "kl_div", "source": "recorded"}
-    assert "does NOT match kernels/" in workbook.banner(stale, "kl_div").plain
-    live = {**fresh, "source": "live"}
-    assert workbook.banner(live, "kl_div").plain.startswith("LIVE results")
-    # the provenance travels in the output's metadata, where the report reads it
-    _, metadata = workbook.banner(fresh, "kl_div")._repr_mimebundle_()
-    assert metadata[workbook.METADATA_KEY]["fresh"] is True
-
-
-def test_banner_notes_a_size_the_record_was_not_taken_at():
-    section = {**fixture_section(), "problem": "kl_div", "source": "recorded"}
-    assert "applies to live runs only" in workbook.banner(section, "kl_div", "small").plain
-    assert "applies to live runs only" not in workbook.banner(section, "kl_div", "seed").plain
-
-
-# --- workbook: the ladder and the model ---------------------------------------------------------------
-
-@pytest.mark.parametrize("left,right", [("naive", "shared_memory"), ("warp_shuffle", "vectorized")])
-def test_side_by_side_shows_both_sources_escaped(left, right):
-    page = workbook.side_by_side("kl_div", left, right)
-    for variant in (left, right):
-        source = workbook.kernel_source("kl_div", variant)
-        assert f"kernels/kl_div/{variant}.cu" in page
-        assert html.escape(source.splitlines()[0]) in page  # the header comment names the rung
-    assert "#include &quot;kl_div.cuh&quot;" in page and '#include "' not in page
-    assert page.index(left) < page.index(right)
-
-
-def test_side_by_side_rejects_unknown_variant():
-    with pytest.raises(ValueError, match="variant"):
-        workbook.side_by_side("kl_div", "naive", "magic")
-
-
-@pytest.mark.parametrize("problem,variant", [(p, v) for p in problems.names() for v in problems.get(p).variants])
-def test_every_rung_opens_with_what_it_fixes(problem, variant):
-    assert len(workbook.rung_header(problem, variant)) > 40
-    assert workbook.rung_header(problem, variant) in workbook.ladder_summary(problem).plain
-
-
-def test_cost_table_counts_the_bytes():
-    """Forward at the seed size reads 2 x 16384 x 16384 x 4 bytes = 2 GiB."""
-    table = workbook.cost_table("kl_div", (16384, 16384))
-    assert "2.00 GiB" in table and "ms at 1 TB/s" in table
-    measured = workbook.cost_table("kl_div", (16384, 16384), {"read": 1000.0, "copy": 900.0})
-    assert "floor ms" in measured and "read 1000 GB/s" in measured
-
-
-def test_floor_is_bytes_over_bandwidth():
-    bandwidth = {"read": 1000.0, "copy": 500.0}
-    shape = (16384, 16384)
-    forward = problems.get("kl_div").cost(shape, "forward").bytes
-    assert workbook.floor_ms("kl_div", shape, "forward", bandwidth) == pytest.approx(forward / 1e12 * 1e3)
-    backward = problems.get("kl_div").cost(shape, "backward").bytes
-    assert workbook.floor_ms("kl_div", shape, "backward", bandwidth) == pytest.approx(backward / 5e11 * 1e3)
-
-
-def test_coalescing_figure_counts_lines_and_sectors():
-    fig = workbook.coalescing_figure(16384)
-    titles = [ax.get_title() for ax in fig.axes]
-    assert "32 line(s), 32 sectors fetched: 128 of 1024 bytes used" in titles[0]
-    assert "1 line(s), 4 sectors fetched: 128 of 128 bytes used" in titles[1]
-    assert "4 line(s), 16 sectors fetched: 512 of 512 bytes used" in titles[2]
-
-
-# --- workbook: the measurements ---------------------------------------------------------------------
-
-@pytest.fixture
-def section():
-    return {**fixture_section(), "problem": "kl_div", "source": "recorded"}
-
-
-def test_check_table_marks_failures(section):
-    table = workbook.check_table(section)
-    total = 4 * len(problems.get("kl_div").variants)  # two cases, two directions per variant
-    assert f"{total - 1} of {total} checks passed" in table
-    assert table.count("&#10007;") == 1 and 'title="fixture failure"' in table
-
-
-def test_timing_table_has_the_columns(section):
-    table = workbook.timing_table(section)
-    for column in ("median ms", "p10-p90 ms", "GB/s", "of bandwidth", "extra MiB", "&times; eager",
-                   "&times; compile", "&times; rung below"):
-        assert column in table
-    assert "100.00" in table  # shared_memory is 100x the fixture's naive
-
-
-def test_bandwidth_chart_goes_log_when_naive_is_far_below(section):
-    fig = workbook.bandwidth_chart(section)
-    assert isinstance(fig, Figure) and len(fig.axes) == len(problems.DIRECTIONS)
-    assert fig.axes[0].get_yscale() == "log" and "log scale" in fig.axes[0].get_ylabel()
-    lines = {round(line.get_ydata()[0]) for line in fig.axes[0].get_lines()}
-    assert lines == {1000, 900}  # the measured read and copy bandwidth
-
-
-def test_bandwidth_chart_linear_without_naive(section):
-    section["rows"] = [r for r in section["rows"] if r["implementation"] != "naive"]
-    fig = workbook.bandwidth_chart(section)
-    assert fig.axes[0].get_yscale() == "linear"
+def test_another_results_folder_is_the_one_named(tmp_path, results_dir):
+    """02 on an empty folder of records says it looked there, not in reports/results/."""
+    executed = run("02_cross_entropy", tmp_path, results_dir=str(results_dir), live=False)
+    text = all_text(executed)
+    assert f"No recorded results for cross_entropy under {results_dir}/" in text
+    assert "under reports/results/" not in text
