@@ -206,14 +206,23 @@ def _require_gpu(command: str) -> None:
 def summary_text(sections: dict[str, records.Section]) -> str:
     """The best variant of each problem against each peer, forward and forward_backward, from each
     section's :meth:`~losslab.records.Section.view` (its seed size and float32 when it holds them),
-    headed by exactly what it shows: device, size, dtype, versions and dates per problem."""
+    headed by exactly what it shows: size and dtype per problem, and the device, versions and dates;
+    when the problems come from different devices, a line per problem and a device column."""
     views = {name: s.view() for name, s in sections.items()}
+    held = {name: f"{'x'.join(map(str, s.primary_shape or ()))} {s.primary_dtype}" for name, s in views.items()}
+    where = {name: f"{s.device} (torch {s.torch}, CUDA {s.cuda})" for name, s in views.items()}
+    dates = sorted(s.date[:10] for s in views.values())
+    when = dates[0] + ("" if dates[0] == dates[-1] else f" to {dates[-1]}")
     many = len({s.device for s in views.values()}) > 1
-    head = ["recorded results, median GPU ms per call (L2 flushed); a row per problem and direction:"]
-    for name, s in views.items():
-        head.append(f"  {name}: {'x'.join(map(str, s.primary_shape or ()))} {s.primary_dtype} on {s.device} "
-                    f"(torch {s.torch}, CUDA {s.cuda}), {s.date[:10]}")
-    lines = [f"{'problem':<14} {'direction':<16} {'best variant':<14} {'ms':>8} {'of bw':>6}   peers (ms, speedup)"]
+    if many:
+        head = ["recorded on several devices (compare across them with care); median GPU ms per call:"]
+        head += [f"  {name}: {held[name]} on {where[name]}, {views[name].date[:10]}" for name in views]
+    else:
+        head = [f"recorded on {next(iter(where.values()))}, {when}; "
+                f"{', '.join(f'{name} {held[name]}' for name in views)}; median GPU ms per call"]
+    device = lambda s: f"{s.device[:22]:<23}" if many else ""
+    lines = [f"{'problem':<14} {'direction':<16} " + (f"{'device':<23}" if many else "")
+             + f"{'best variant':<14} {'ms':>8} {'of bw':>6}   peers (ms, speedup)"]
     notes = []
     for name, s in views.items():
         for direction in ("forward", "forward_backward"):
@@ -225,10 +234,8 @@ def summary_text(sections: dict[str, records.Section]) -> str:
             peers = "  ".join(f"{r.implementation} {r.median_ms:.3f}{'!' if r.below_floor else ''} "
                               f"(x{r.median_ms / best.median_ms:.2f})" for r in rows if r.kind == "peer")
             notes += [f"! {name} {r.implementation} {direction}: {r.floor_note}" for r in rows if r.below_floor]
-            lines.append(f"{name:<14} {direction:<16} {best.implementation:<14} {best.median_ms:>8.3f} "
+            lines.append(f"{name:<14} {direction:<16} {device(s)}{best.implementation:<14} {best.median_ms:>8.3f} "
                          f"{best.fraction_of_bandwidth:>6.0%}   {peers}")
-    if many:
-        head.append("  (the problems come from different devices: compare their times with care)")
     return "\n".join(head + lines + notes)
 
 
@@ -243,11 +250,12 @@ def cmd_list(args) -> int:
 
 
 def cmd_summary(args) -> int:
-    device = _device("--device", args.device)
+    results_dir = args.results_dir or records.RESULTS_DIR
+    device = _device("--device", args.device, results_dir)
     sections = {}
     for name in problems.names():
         try:
-            sections[name] = records.latest_section(name, device)
+            sections[name] = records.latest_section(name, device, results_dir)
         except LookupError as err:
             print(f"losslab summary: {err}", file=sys.stderr)
     if not sections:
@@ -336,7 +344,7 @@ def cmd_roofline(args) -> int:
     from losslab.present.roofline import write_figures
 
     results_dir = args.results_dir or records.RESULTS_DIR
-    device = _device("--device", args.device, results_dir) if Path(results_dir).exists() else args.device
+    device = _device("--device", args.device, results_dir)
     written = write_figures(args.problems or None, args.output, device, results_dir)
     for path in written:
         print(f"wrote {path}")
@@ -403,6 +411,8 @@ def _parser() -> argparse.ArgumentParser:
     summary = sub.add_parser("summary", help="best variant of each problem against each peer, from the records")
     summary.add_argument("--device", default=None, help="the record of this device, a name or its slug "
                          "such as nvidia-h200 (default: the newest)")
+    summary.add_argument("--results-dir", type=Path, default=None,
+                         help="folder of the records (default: reports/results)")
     summary.set_defaults(fn=cmd_summary)
 
     def problem_args(p, nargs="+"):

@@ -42,7 +42,7 @@ import inspect
 import json
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 
 import torch
@@ -63,7 +63,6 @@ __all__ = ["RESULTS_DIR", "SCHEMA", "DTYPES", "BenchRow", "CheckResult", "Record
 RESULTS_DIR = ROOT / "reports" / "results"
 SCHEMA = 2
 DTYPES = ("float32", "bfloat16", "float16")  # input dtypes a bench can time
-PITFALLS = ROOT / "pitfalls"
 
 
 class RecordError(ValueError):
@@ -76,25 +75,27 @@ def _files(folder: Path) -> list[Path]:
     return [p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts] if folder.exists() else []
 
 
-def measured_sources(problem: str) -> list[Path]:
+def measured_sources(problem: str, root: Path | None = None) -> list[Path]:
     """Every file a measurement of ``problem`` depends on, sorted: ``kernels/common``,
     ``kernels/<problem>`` and ``kernels/ceilings`` (the bandwidth ceilings the rows are a fraction
     of), the bindings in ``losslab/build/csrc`` (but other problems'), the host launch code in
     ``losslab/problems`` (but other problems' modules) and ``losslab/ops.py``, and the build
-    module that holds the compiler flags."""
+    module that holds the compiler flags. ``root``: the repository (default this one)."""
+    root = Path(root or ROOT)
     others = set(problems.names()) - {problem}
-    files = [*_files(KERNELS / "common"), *_files(KERNELS / problem), *_files(KERNELS / "ceilings")]
-    files += [p for p in _files(build.CSRC) if p.stem not in others]
-    files += [p for p in _files(ROOT / "losslab" / "problems") if p.suffix == ".py" and p.stem not in others]
-    files += [ROOT / "losslab" / "ops.py", Path(inspect.getsourcefile(inspect.unwrap(build.load_extension)))]
+    kernels = root / KERNELS.relative_to(ROOT)
+    builder = Path(inspect.getsourcefile(inspect.unwrap(build.load_extension))).resolve().relative_to(ROOT)
+    files = [*_files(kernels / "common"), *_files(kernels / problem), *_files(kernels / "ceilings")]
+    files += [p for p in _files(root / build.CSRC.relative_to(ROOT)) if p.stem not in others]
+    files += [p for p in _files(root / "losslab" / "problems") if p.suffix == ".py" and p.stem not in others]
+    files += [root / "losslab" / "ops.py", root / builder]
     return sorted(set(files))
 
 
-def _digest(files: Sequence[Path], extra: str = "") -> str:
+def _digest(files: Sequence[Path], root: Path, extra: str = "") -> str:
     digest = hashlib.sha256(extra.encode() + b"\0")
     for path in sorted(set(files)):
-        name = path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else path.name
-        digest.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()
 
 
@@ -103,17 +104,21 @@ def _flags() -> str:
     return repr([getattr(build, name, None) for name in ("NVCC_FLAGS", "CXX_FLAGS")])
 
 
-def sources_sha256(problem: str) -> str:
+def sources_sha256(problem: str, root: Path | None = None) -> str:
     """sha256 over :func:`measured_sources` (each file's path relative to the repository and its
     bytes) and the compiler flags: equal only when a measurement would run the same code."""
-    return _digest(measured_sources(problem), _flags())
+    root = Path(root or ROOT)
+    return _digest(measured_sources(problem, root), root, _flags())
 
 
-def pitfall_sources_sha256(extra: Sequence[Path] = ()) -> str:
+def pitfall_sources_sha256(extra: Sequence[Path] = (), root: Path | None = None) -> str:
     """sha256 for a pitfalls record: every problem's :func:`measured_sources`, the pitfall kernels
-    under ``pitfalls/``, the flags, and ``extra`` files (the modules that build and run them)."""
-    files = [f for p in problems.names() for f in measured_sources(p)] + _files(PITFALLS) + [Path(e) for e in extra]
-    return _digest(files, _flags())
+    under ``pitfalls/``, the flags, and ``extra`` files inside the repository (the modules that
+    build and run them)."""
+    root = Path(root or ROOT)
+    files = [f for p in problems.names() for f in measured_sources(p, root)] + _files(root / "pitfalls")
+    files += [root / Path(e).resolve().relative_to(ROOT) for e in extra]
+    return _digest(files, root, _flags())
 
 
 # --- provenance ----------------------------------------------------------------------------------------
@@ -138,6 +143,8 @@ def run_provenance(problem: str) -> dict:
 
 _ROW_FIELDS = {f.name for f in fields(BenchRow)}
 _CHECK_FIELDS = {f.name for f in fields(CheckResult)}
+_ROW_REQUIRED = [f.name for f in fields(BenchRow) if f.default is MISSING and f.default_factory is MISSING]
+_CHECK_REQUIRED = [f.name for f in fields(CheckResult) if f.default is MISSING and f.default_factory is MISSING]
 _LEGACY_KEYS = ("problem", "device", "multiprocessors", "memory_bytes", "compute_capability", "date", "torch",
                 "cuda", "kernels_sha256", "sources_sha256", "shape", "dtype", "repeats", "bandwidth_gbps", "rows",
                 "rows_by_dtype", "checks", "ceilings", "ncu", "source")
@@ -225,14 +232,14 @@ class Section:
         current = sources_sha256(self.problem)
         return next((h for h in hashes if h != current), current)
 
-    def stale(self) -> list[BenchRow | CheckResult]:
-        """The rows and checks measured on other sources than today's."""
-        current = sources_sha256(self.problem)
+    def stale(self, root: Path | None = None) -> list[BenchRow | CheckResult]:
+        """The rows and checks measured on other sources than those now in ``root`` (default this repository)."""
+        current = sources_sha256(self.problem, root)
         return [x for x in (*self.rows, *self.checks) if x.sources_sha256 != current]
 
-    def is_fresh(self) -> bool:
-        """True if every row and check was measured on the sources there are now."""
-        return not self.stale()
+    def is_fresh(self, root: Path | None = None) -> bool:
+        """True if every row and check was measured on the sources there are now (see :meth:`stale`)."""
+        return not self.stale(root)
 
     def describe(self) -> str:
         """What the section holds, in one line: problem, device, sizes, dtypes, dates."""
@@ -306,10 +313,13 @@ class Section:
 def _row(data, legacy: dict, device: str) -> BenchRow:
     if isinstance(data, BenchRow):
         return data
-    if not isinstance(data, dict) or not {"problem", "implementation", "direction", "median_ms"} <= data.keys():
-        raise ValueError(f"a bench row needs problem, implementation, direction and median_ms; got {data!r:.80}")
-    values = {**{k: v for k, v in legacy.items() if not data.get(k)}, **{k: v for k, v in data.items()
-                                                                          if k in _ROW_FIELDS}}
+    if not isinstance(data, dict):
+        raise ValueError(f"a bench row is a dict of BenchRow's fields; got {data!r:.80}")
+    values = {k: v for k, v in data.items() if k in _ROW_FIELDS}
+    values.update({k: v for k, v in legacy.items() if not values.get(k)})
+    missing = [f for f in _ROW_REQUIRED if f not in values]
+    if missing:
+        raise ValueError(f"a bench row lacks {', '.join(missing)} (a row holds BenchRow's fields)")
     values["shape"] = tuple(values.get("shape", ()))
     row = BenchRow(**values)
     if row.problem in problems.names() and row.shape and row.dtype:
@@ -320,10 +330,13 @@ def _row(data, legacy: dict, device: str) -> BenchRow:
 def _check(data, legacy: dict) -> CheckResult:
     if isinstance(data, CheckResult):
         return data
-    if not isinstance(data, dict) or not {"variant", "direction", "passed"} <= data.keys():
-        raise ValueError(f"a check needs variant, direction and passed; got {data!r:.80}")
-    values = {**{k: legacy[k] for k in ("date", "sources_sha256") if not data.get(k)},
-              **{k: v for k, v in data.items() if k in _CHECK_FIELDS}}
+    if not isinstance(data, dict):
+        raise ValueError(f"a check is a dict of CheckResult's fields; got {data!r:.80}")
+    values = {k: v for k, v in data.items() if k in _CHECK_FIELDS}
+    missing = [f for f in _CHECK_REQUIRED if f not in values]
+    if missing:
+        raise ValueError(f"a check lacks {', '.join(missing)} (a check holds CheckResult's fields)")
+    values.update({k: legacy[k] for k in ("date", "sources_sha256") if not values.get(k)})
     values["shape"] = tuple(values.get("shape", ()))
     return CheckResult(**values)
 

@@ -1,33 +1,255 @@
-"""cpu tier: the command line."""
+"""cpu tier: the command line. Every user mistake is one line, ``losslab <command>: <argument>: <what
+was expected>``, on stderr with a non-zero exit, never a traceback, and is caught before any GPU work.
+The parser is exercised on the Python this suite runs on (CI runs the versions the README names)."""
+import json
+import os
 import subprocess
 import sys
 
 import pytest
 import torch
 
-from losslab import build
+from losslab import __main__ as cli
+from losslab import build, records
 from losslab.__main__ import main
 
 
+def run(argv: list[str], capsys) -> tuple[int, str, str]:
+    """(exit status, stdout, stderr) of ``python -m losslab *argv``, in this process."""
+    try:
+        code = main(argv)
+    except SystemExit as exit_:
+        code = exit_.code if isinstance(exit_.code, int) else 1
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_one_line(code: int, err: str, prefix: str) -> None:
+    assert code not in (0, None), err
+    assert err.startswith(prefix), err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+
+
 def test_list_names_every_problem_and_variant(capsys):
-    assert main(["list"]) == 0
-    out = capsys.readouterr().out
-    assert "kl_div" in out and "vectorized" in out and "16384x16384" in out
+    code, out, _ = run(["list"], capsys)
+    assert code == 0 and "kl_div" in out and "vectorized" in out and "16384x16384" in out
 
 
-def test_unknown_variant_is_a_clear_error():
-    with pytest.raises(ValueError, match="variant: kl_div has no variant 'turbo'"):
-        main(["check", "kl_div", "--variants", "turbo"])
+# --- the parser on this Python (3.10/3.11: nargs="*" with choices rejected an empty list) -------------------
+
+def test_bench_all_and_bench_without_a_problem_parse():
+    args = cli._parser().parse_args(["bench", "--all"])
+    assert args.all and args.problems == []
+    assert cli._parser().parse_args(["roofline"]).problems == []
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown without a GPU")
-def test_gpu_commands_say_what_is_missing():
-    run = subprocess.run([sys.executable, "-m", "losslab", "bench", "kl_div"], capture_output=True, text=True)
-    assert run.returncode != 0 and "needs a CUDA GPU" in run.stderr
+def test_bench_without_a_problem_says_what_is_expected(capsys):
+    assert_one_line(*run(["bench"], capsys)[::2], "losslab bench: problem: expected one or more of kl_div")
+
+
+def test_an_unknown_problem_is_named(capsys):
+    code, _, err = run(["check", "mse"], capsys)
+    assert_one_line(code, err, "losslab check: problem: expected one of kl_div, cross_entropy, got 'mse'")
+
+
+# --- sizes ---------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text, expected", [("257x4099", (257, 4099)), (" 3X5 ", (3, 5)), ("seed", "seed"),
+                                            ("small", "small")])
+def test_sizes_parse(text, expected):
+    assert cli._size(text) == expected
+
+
+@pytest.mark.parametrize("size", ["0x0", "-1x5", "5x", "abc", "3x1000x7", "x5", "2.5x4", "5x0"])
+def test_bad_sizes_are_one_line_before_any_gpu_work(size, capsys, monkeypatch):
+    monkeypatch.setattr(cli, "_require_gpu", lambda command: pytest.fail("reached the GPU check"))
+    code, _, err = run(["bench", "kl_div", "--size", size], capsys)
+    assert_one_line(code, err, "losslab bench: --size: expected a size name")
+    assert repr(size) in err
+
+
+def test_a_size_name_the_problem_lacks_is_named_per_problem():
+    with pytest.raises(cli.UsageError, match="--size: kl_div has no size 'huge'; expected one of seed"):
+        cli._shape_for("kl_div", "huge")
+    assert cli._shape_for("kl_div", "seed") == tuple(cli.problems.get("kl_div").sizes["seed"])
+    assert cli._shape_for("kl_div", (3, 5)) == (3, 5)
+
+
+def _fake_gpu(monkeypatch, total_bytes: int = 80 * 10**9):
+    class Props:
+        total_memory = total_bytes
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: Props)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Fixture GPU")
+
+
+def test_a_size_too_large_for_the_gpu_says_how_much_it_needs(monkeypatch):
+    _fake_gpu(monkeypatch)
+    with pytest.raises(cli.UsageError, match=r"--size: kl_div at 99999999x99999999 needs about [\d,.]+ GB .*"
+                                             r"Fixture GPU has 80.0 GB"):
+        cli._check_memory("kl_div", (99999999, 99999999), ["float32"])
+    cli._check_memory("kl_div", (16384, 16384), ["float32", "bfloat16"])  # the seed fits
+
+
+def test_the_memory_check_runs_before_the_ceilings(monkeypatch, capsys):
+    _fake_gpu(monkeypatch)
+    monkeypatch.setattr("losslab.measure.ceilings.measure_ceilings", lambda: pytest.fail("measured ceilings"))
+    code, _, err = run(["bench", "kl_div", "--size", "99999999x99999999"], capsys)
+    assert_one_line(code, err, "losslab bench: --size: kl_div at 99999999x99999999 needs about")
+
+
+def test_no_memory_check_without_a_gpu(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    cli._check_memory("kl_div", (99999999, 99999999), ["float32"])
+
+
+# --- repeats, trials, dtypes, variants -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("argv, prefix", [
+    (["bench", "kl_div", "--repeats", "0"], "losslab bench: --repeats: expected a positive whole number, got '0'"),
+    (["bench", "kl_div", "--repeats", "-1"], "losslab bench: --repeats: expected a positive whole number, got '-1'"),
+    (["bench", "kl_div", "--repeats", "2.5"], "losslab bench: --repeats: expected a positive whole number"),
+    (["bench", "kl_div", "--dtypes", "bogus"], "losslab bench: --dtypes: expected a comma-separated list of float32"),
+    (["bench", "kl_div", "--dtypes", "float64"], "losslab bench: --dtypes: expected a comma-separated list"),
+    (["bench", "kl_div", "--dtypes", "float32,float64"], "losslab bench: --dtypes: expected"),
+    (["bench", "kl_div", "--variants", "turbo"], "losslab bench: --variants: kl_div has no variant 'turbo'"),
+    (["check", "kl_div", "--variants", "turbo"], "losslab check: --variants: kl_div has no variant 'turbo'"),
+    (["check", "kl_div", "--sizes", "huge"], "losslab check: --sizes: kl_div has no size 'huge'"),
+    (["evaluate", "losslab/ops.py", "--problem", "kl_div", "--trials", "0"],
+     "losslab evaluate: --trials: expected a positive whole number, got '0'"),
+    (["evaluate", "losslab/ops.py", "--problem", "kl_div", "--dtype", "float64"], "losslab evaluate: --dtype:"),
+    (["export", "kl_div", "turbo"], "losslab export: variant:"),
+])
+def test_bad_values_are_rejected_before_any_gpu_work(argv, prefix, capsys, monkeypatch):
+    monkeypatch.setattr(cli, "_require_gpu", lambda command: pytest.fail("reached the GPU check"))
+    monkeypatch.chdir(build.ROOT)
+    code, _, err = run(argv, capsys)
+    assert_one_line(code, err, prefix)
+
+
+# --- files and folders ---------------------------------------------------------------------------------------
+
+def _read_only(monkeypatch, path):
+    """os.access says ``path`` is not writable (tests may run as root, who can write anything)."""
+    real = os.access
+    monkeypatch.setattr(cli.os, "access", lambda p, mode: False if str(p) == str(path) else real(p, mode))
+
+
+def test_output_paths_are_checked(tmp_path, capsys, monkeypatch):
+    cases = [
+        (["evaluate", str(tmp_path / "missing.py"), "--problem", "kl_div"],
+         "losslab evaluate: solution: expected an existing file"),
+        (["evaluate", str(tmp_path), "--problem", "kl_div"],
+         "losslab evaluate: solution: expected a file, got the directory"),
+        (["evaluate", str(build.ROOT / "losslab" / "ops.py"), "--problem", "kl_div", "--json",
+          str(tmp_path / "no" / "v.json")], "losslab evaluate: --json: expected a file in an existing folder"),
+        (["export", "kl_div", "naive", "-o", str(tmp_path / "no" / "x.py")],
+         "losslab export: --output: expected a file in an existing folder"),
+        (["export", "kl_div", "naive", "-o", str(tmp_path)], "losslab export: --output: expected a file path to write"),
+        (["report", "--output", str(tmp_path / "file.txt")], "losslab report: --output: expected a folder, but"),
+    ]
+    (tmp_path / "file.txt").write_text("x")
+    for argv, prefix in cases:
+        assert_one_line(*run(argv, capsys)[::2], prefix)
+
+
+def test_read_only_outputs_are_refused(tmp_path, capsys, monkeypatch):
+    target = tmp_path / "solution.py"
+    target.write_text("")
+    _read_only(monkeypatch, target)
+    assert_one_line(*run(["export", "kl_div", "naive", "-o", str(target)], capsys)[::2],
+                    "losslab export: --output: expected a writable file, but")
+    folder = tmp_path / "reports"
+    folder.mkdir()
+    _read_only(monkeypatch, folder)
+    assert_one_line(*run(["report", "--output", str(folder / "sub")], capsys)[::2],
+                    "losslab report: --output: expected a writable folder, but")
+
+
+# --- devices ------------------------------------------------------------------------------------------------
+
+def test_report_for_an_unrecorded_device_names_the_recorded_ones(capsys):
+    code, _, err = run(["report", "--device", "NVIDIA B200"], capsys)
+    assert_one_line(code, err, "losslab report: --device: no record of device 'NVIDIA B200'")
+    assert "'NVIDIA H200' (nvidia-h200)" in err
+
+
+def test_summary_and_roofline_take_the_slugs_the_notebooks_take(tmp_path, capsys, make_section, results_dir):
+    records.save_section("kl_div", make_section("kl_div", device="NVIDIA H200"), results_dir)
+    code, out, _ = run(["summary", "--device", "nvidia-h200", "--results-dir", str(results_dir)], capsys)
+    assert code == 0 and "recorded on NVIDIA H200" in out
+    code, out, _ = run(["roofline", "kl_div", "--device", "nvidia-h200", "--results-dir", str(results_dir),
+                        "--output", str(tmp_path / "figures")], capsys)
+    assert code == 0 and (tmp_path / "figures" / "roofline_kl_div.png").exists()
+    code, _, err = run(["roofline", "--device", "nvidia-b200", "--results-dir", str(results_dir)], capsys)
+    assert_one_line(code, err, "losslab roofline: --device: no record of device 'nvidia-b200'")
+
+
+# --- the records it reads ------------------------------------------------------------------------------------
+
+def test_a_malformed_record_is_one_line_naming_the_file(results_dir, capsys):
+    (results_dir / "broken.json").write_text('{"device": "X", "problems": {"kl_div": {"rows": [')
+    code, _, err = run(["summary", "--results-dir", str(results_dir)], capsys)
+    assert_one_line(code, err, f"losslab summary: {results_dir / 'broken.json'}: not a readable record")
+
+
+def test_summary_says_what_it_shows(results_dir, capsys, make_section):
+    small = make_section("kl_div", device="NVIDIA H100 80GB HBM3")
+    for row in small["rows"]:
+        row["shape"] = [257, 4099]
+    records.save_section("kl_div", small, results_dir)
+    records.save_section("cross_entropy", make_section("cross_entropy", device="NVIDIA H200"), results_dir)
+    code, out, _ = run(["summary", "--results-dir", str(results_dir)], capsys)
+    assert code == 0 and "seed sizes" not in out
+    head = out.splitlines()
+    assert head[0].startswith("recorded on several devices")
+    assert head[1].startswith("  kl_div: 257x4099 float32 on NVIDIA H100 80GB HBM3")
+    assert head[2].startswith("  cross_entropy: 32768x4096 float32 on NVIDIA H200")
+    kl_rows = [line for line in head if line.startswith("kl_div ")]
+    assert kl_rows and all("NVIDIA H100 80GB HBM3" in line for line in kl_rows)
+
+
+def test_summary_marks_a_time_below_the_physical_floor(results_dir, capsys, make_section):
+    section = make_section("kl_div", device="NVIDIA H200")
+    for row in section["rows"]:
+        if row["implementation"] == "eager" and row["direction"] == "forward":
+            row["median_ms"] = 0.01
+    records.save_section("kl_div", section, results_dir)
+    code, out, _ = run(["summary", "--results-dir", str(results_dir)], capsys)
+    assert "eager 0.010!" in out and "! kl_div eager forward: 0.010 ms is below the physical floor" in out
 
 
 def test_readme_shows_the_newest_recorded_summary(capsys):
     readme = (build.ROOT / "README.md").read_text()
     shown = readme.split("<!-- summary:begin -->")[1].split("<!-- summary:end -->")[0].strip().strip("`").strip()
-    assert main(["summary"]) == 0
-    assert shown == capsys.readouterr().out.strip(), "update README.md from `python -m losslab summary`"
+    code, out, _ = run(["summary"], capsys)
+    assert code == 0
+    assert shown == out.strip(), "update README.md from `python -m losslab summary`"
+
+
+# --- end to end, in a child process ----------------------------------------------------------------------------
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown without a GPU")
+def test_gpu_commands_say_what_is_missing():
+    run_ = subprocess.run([sys.executable, "-m", "losslab", "bench", "kl_div"], capture_output=True, text=True,
+                          cwd=build.ROOT)
+    assert run_.returncode != 0 and "needs a CUDA GPU" in run_.stderr and "Traceback" not in run_.stderr
+
+
+def test_a_mistake_in_a_child_process_is_one_line_and_exit_status_2():
+    run_ = subprocess.run([sys.executable, "-m", "losslab", "bench", "kl_div", "--size", "-1x5"],
+                          capture_output=True, text=True, cwd=build.ROOT)
+    assert run_.returncode == 2 and run_.stdout == ""
+    assert run_.stderr.startswith("losslab bench: --size: ") and run_.stderr.count("\n") == 1
+
+
+@pytest.mark.gpu
+def test_bench_adds_back_to_back_and_host_times(tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    code, text, _ = run(["bench", "kl_div", "--size", "small", "--variants", "naive", "--no-record", "--no-check",
+                         "--no-compile", "--repeats", "3", "--json", str(out)], capsys)
+    assert code == 0 and "b2b ms" in text and "host ms" in text
+    section = json.loads(out.with_suffix(".kl_div.json").read_text())
+    assert all(r["back_to_back_ms"] > 0 and r["host_ms"] > 0 for r in section["rows"])

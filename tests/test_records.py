@@ -1,0 +1,235 @@
+"""cpu tier: the records: committed results present, fresh and passing; the freshness hash follows
+every source a measurement depends on; rows below the physical floor flagged; a new run adds to a
+record; malformed and mixed-device records answered clearly; the older file format still read."""
+import json
+import shutil
+from dataclasses import replace
+
+import pytest
+
+from losslab import build, problems, records
+from losslab.measure.bench import BenchRow
+from losslab.measure.check import CheckResult
+
+# --- the committed records --------------------------------------------------------------------------------
+
+
+def test_every_problem_has_a_recorded_gpu_result():
+    for problem in problems.names():
+        section = records.latest_section(problem)
+        assert section.rows and section.checks, f"{problem}: record without rows or checks"
+
+
+@pytest.mark.parametrize("problem", problems.names())
+def test_newest_record_ran_the_current_sources(problem):
+    section = records.latest_section(problem)
+    stale = section.stale()
+    assert len(stale) == 0, (
+        f"{len(stale)} of {len(section.rows) + len(section.checks)} results of the newest {problem} record "
+        f"({section.device}, {section.date}) were measured on other sources than those now in the repository "
+        "(kernels, bindings, host launch code, build flags or ceiling kernels changed): run "
+        "scripts/gpu_suite.sh on a GPU machine and commit reports/results/")
+
+
+@pytest.mark.parametrize("problem", problems.names())
+def test_newest_record_passed_its_checks(problem):
+    failed = [c for c in records.latest_section(problem).checks if not c.passed]
+    assert not failed, failed
+
+
+# --- freshness: every source that changes a measurement ----------------------------------------------------
+
+def _copy_repository(tmp_path):
+    """The sources a measurement depends on, copied: edits there leave the shared tree alone."""
+    root = tmp_path / "repo"
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for folder in ("kernels", "losslab", "pitfalls"):
+        shutil.copytree(build.ROOT / folder, root / folder, ignore=ignore)
+    return root
+
+
+def _one(root, pattern: str):
+    found = sorted(root.glob(pattern))
+    assert found, f"no {pattern} in the repository: update this test's list of sources"
+    return found[0]
+
+
+# (what is edited, a glob under the repository root): one of each kind the issue names
+EDITS = {
+    "a kernel of the problem": "kernels/kl_div/naive.cu",
+    "a shared kernel header": "kernels/common/*.cuh",
+    "the binding": "losslab/build/csrc/kl_div.cpp",
+    "a shared binding header": "losslab/build/csrc/*.h",
+    "the host launch code of the problem": "losslab/problems/kl_div.py",
+    "the shared launch code": "losslab/problems/__init__.py",
+    "the autograd glue": "losslab/ops.py",
+    "the build code with its flags": "losslab/build/extension.py",
+    "a ceiling kernel": "kernels/ceilings/stream_bandwidth.cu",
+    "the ceilings binding": "losslab/build/csrc/ceilings.cpp",
+}
+
+
+@pytest.mark.parametrize("what", EDITS)
+def test_an_edit_of_any_measured_source_makes_a_record_stale(tmp_path, what):
+    root = _copy_repository(tmp_path)
+    stamp = records.sources_sha256("kl_div", root)
+    assert stamp == records.sources_sha256("kl_div"), "the copy hashes as the repository does"
+    row = replace(_row(), sources_sha256=stamp)
+    section = records.Section("kl_div", "Fixture GPU", rows=[row])
+    assert section.is_fresh(root)
+    path = _one(root, EDITS[what])
+    path.write_bytes(path.read_bytes() + b"\n// an edit\n")
+    assert not section.is_fresh(root), f"editing {what} ({path.relative_to(root)}) left the record fresh"
+
+
+def test_compiler_flags_are_hashed(monkeypatch):
+    before = records.sources_sha256("kl_div")
+    monkeypatch.setattr(build, "NVCC_FLAGS", ("-O0", "-std=c++17"))
+    assert records.sources_sha256("kl_div") != before
+
+
+def test_another_problems_sources_do_not_make_a_record_stale(tmp_path):
+    root = _copy_repository(tmp_path)
+    stamp = records.sources_sha256("kl_div", root)
+    path = root / "kernels" / "cross_entropy" / "naive.cu"
+    path.write_bytes(path.read_bytes() + b"\n// an edit\n")
+    assert records.sources_sha256("kl_div", root) == stamp
+    assert records.sources_sha256("cross_entropy", root) != records.sources_sha256("cross_entropy")
+
+
+def test_a_pitfall_kernel_edit_changes_the_pitfalls_hash(tmp_path):
+    root = _copy_repository(tmp_path)
+    stamp = records.pitfall_sources_sha256(root=root)
+    path = _one(root, "pitfalls/kl_div/*.cu")
+    path.write_bytes(path.read_bytes() + b"\n// an edit\n")
+    assert records.pitfall_sources_sha256(root=root) != stamp
+
+
+# --- the physical floor ----------------------------------------------------------------------------------
+
+def _row(**changes) -> BenchRow:
+    spec = problems.get("kl_div")
+    row = BenchRow("kl_div", "naive", "variant", "forward", tuple(spec.sizes["seed"]), "float32", 10.0, 9.9, 10.1,
+                   20, 100.0, "read", 0.1, 0, 1e-8, date="2026-01-01T00:00:00+00:00", torch="t", cuda="c",
+                   sources_sha256=records.sources_sha256("kl_div"))
+    return replace(row, **changes)
+
+
+def test_the_recorded_liger_backward_is_flagged_below_the_physical_floor():
+    section = records.latest_section("cross_entropy", "nvidia-h200")
+    liger = next(r for r in section.rows if r.implementation == "liger" and r.direction == "backward"
+                 and r.dtype == "float32")
+    assert liger.below_floor and liger.median_ms < liger.floor_ms
+    assert "physical floor" in liger.floor_note and "artifact" in liger.floor_note
+    assert not any(r.below_floor for r in section.rows if r.kind == "variant")
+
+
+def test_floor_flag_follows_the_time_and_the_datasheet(results_dir):
+    floor = records.Section.from_dict({"device": "NVIDIA H200", "rows": [_row().as_dict()]}, "kl_div").rows[0]
+    assert floor.floor_ms == pytest.approx(2 * 4 * 16384**2 / 4800e6, rel=1e-3) and not floor.below_floor
+    fast = records.Section.from_dict({"device": "NVIDIA H200", "rows": [_row(median_ms=0.01).as_dict()]}).rows[0]
+    assert fast.below_floor and "0.010 ms is below the physical floor" in fast.floor_note
+    unknown = records.Section.from_dict({"device": "Fixture GPU", "rows": [_row(median_ms=0.01).as_dict()]}).rows[0]
+    assert unknown.floor_ms is None and not unknown.below_floor  # no datasheet: no floor claimed
+
+
+# --- saving adds, never replaces ---------------------------------------------------------------------------
+
+def test_sections_of_other_problems_survive_a_save(results_dir, make_section):
+    records.save_section("kl_div", make_section("kl_div"), results_dir)
+    path = records.save_section("cross_entropy", make_section("cross_entropy"), results_dir)
+    assert path.name == "fixture-gpu.json"
+    assert set(json.loads(path.read_text())["problems"]) == {"kl_div", "cross_entropy"}
+    with pytest.raises(LookupError, match="no recorded results for kl_div on Other GPU.*recorded devices: Fixture"):
+        records.latest_section("kl_div", "Other GPU", results_dir)
+
+
+def test_a_run_at_another_size_or_on_fewer_variants_adds_to_the_record(results_dir, make_section):
+    records.save_section("kl_div", make_section("kl_div"), results_dir)
+    seed = records.latest_section("kl_div", results_dir=results_dir)
+    small = tuple(problems.get("kl_div").sizes["small"])
+    later = "2001-01-01T00:00:00+00:00"
+    new_rows = [_row(shape=small, date=later, median_ms=0.5), _row(implementation="vectorized", date=later,
+                                                                   median_ms=0.25)]
+    records.save_section("kl_div", records.Section("kl_div", "Fixture GPU", rows=new_rows), results_dir)
+    merged = records.latest_section("kl_div", results_dir=results_dir)
+    assert set(merged.shapes) == {seed.primary_shape, small}
+    assert len(merged.rows) == len(seed.rows) + 1  # the seed-size vectorized forward replaced, the small one added
+    replaced = next(r for r in merged.rows if r.key == new_rows[1].key)
+    assert replaced.median_ms == 0.25 and replaced.date == later
+    kept = next(r for r in merged.rows if r.implementation == "eager" and r.direction == "forward")
+    assert kept.speedup == next(r for r in seed.rows if r.key == kept.key).speedup  # as measured in its own run
+    assert merged.view().primary_shape == seed.primary_shape  # the seed size stays what notebooks show
+    assert merged.view(small).rows == [next(r for r in merged.rows if tuple(r.shape) == small)]
+
+
+def test_merge_refuses_another_device():
+    with pytest.raises(ValueError, match="merge: kl_div on B cannot be added to kl_div on A"):
+        records.merge(records.Section("kl_div", "A"), records.Section("kl_div", "B"))
+
+
+# --- reading: malformed files, the older format, several devices --------------------------------------------
+
+@pytest.mark.parametrize("text", ['{"device": "X", "problems": {"kl_div": {"rows": [', "[]", '{"problems": {}}',
+                                  '{"device": "X", "problems": {"kl_div": {"rows": [{"bogus": 1}]}}}'])
+def test_a_malformed_record_is_one_line_naming_the_file(results_dir, text):
+    path = results_dir / "broken.json"
+    path.write_text(text)
+    with pytest.raises(records.RecordError) as err:
+        records.load_records(results_dir)
+    assert str(path) in str(err.value) and "\n" not in str(err.value)
+
+
+def test_older_format_loads_with_its_dtypes_and_provenance(results_dir, make_section):
+    legacy = make_section("kl_div")
+    legacy["rows_by_dtype"] = {"bfloat16": [{**r, "dtype": "bfloat16"} for r in legacy["rows"]]}
+    (results_dir / "fixture-gpu.json").write_text(json.dumps({"device": "Fixture GPU", "problems": {"kl_div": legacy}}))
+    section = records.latest_section("kl_div", results_dir=results_dir)
+    assert section.dtypes == ["float32", "bfloat16"] and len(section.rows) == 2 * len(legacy["rows"])
+    assert {r.date for r in section.rows} == {legacy["date"]} and section.torch == "fixture"
+    assert section.is_fresh()  # the fixture was stamped with today's hash
+    # the older dict keys still answer, for the view notebooks show
+    assert section["rows"] == [r.as_dict() for r in section.view().rows]
+    assert set(section["rows_by_dtype"]) == {"bfloat16"} and section["dtype"] == "float32"
+    assert {**section}["kernels_sha256"] == records.sources_sha256("kl_div")
+
+
+def test_stale_mixed_rows_read_as_not_fresh(make_section):
+    section = records.Section.from_dict(make_section("kl_div"), "kl_div")
+    section.rows.append(_row(shape=(8, 8), sources_sha256="0" * 64))
+    assert not section.is_fresh() and section.stale() == [section.rows[-1]]
+    assert not records.is_fresh({**section}, "kl_div")
+
+
+def test_mixed_devices_are_told_apart(results_dir, make_section):
+    records.save_section("kl_div", make_section("kl_div", device="NVIDIA H100 80GB HBM3"), results_dir)
+    newer = make_section("cross_entropy", device="NVIDIA H200")
+    records.save_section("cross_entropy", newer, results_dir)
+    assert sorted(records.devices(results_dir)) == ["NVIDIA H100 80GB HBM3", "NVIDIA H200"]
+    assert records.resolve_device("nvidia-h200", results_dir) == "NVIDIA H200"
+    with pytest.raises(LookupError, match=r"'NVIDIA B200'.*recorded devices: .*nvidia-h100-80gb-hbm3"):
+        records.resolve_device("NVIDIA B200", results_dir)
+    assert records.latest_section("kl_div", "nvidia-h100-80gb-hbm3", results_dir).device == "NVIDIA H100 80GB HBM3"
+    with pytest.raises(LookupError, match="recorded devices"):
+        records.latest_section("kl_div", "NVIDIA H200", results_dir)
+
+
+def test_describe_says_what_a_section_holds(make_section):
+    section = records.Section.from_dict(make_section("kl_div"), "kl_div")
+    section.rows.append(_row(shape=(8, 8), dtype="bfloat16"))
+    text = section.describe()
+    assert "16384x16384, 8x8" in text and "float32, bfloat16" in text and "Fixture GPU" in text
+
+
+def test_combine_recomputes_speedups_across_implementations_measured_apart():
+    variant = records.Section("kl_div", "G", rows=[_row(median_ms=1.0)])
+    peer = records.Section("kl_div", "G", rows=[_row(implementation="eager", kind="peer", median_ms=3.0)])
+    combined = records.combine([variant, peer])
+    assert next(r for r in combined.rows if r.implementation == "naive").speedup == {"eager": 3.0}
+
+
+def test_check_results_merge_by_variant_case_and_direction():
+    old = CheckResult("kl_div", "naive", "random 3x4", (3, 4), "forward", 1.0, 1e-5, False, "x", date="1")
+    new = replace(old, error=1e-8, passed=True, detail="", date="2")
+    merged = records.merge(records.Section("kl_div", "G", checks=[old]), records.Section("kl_div", "G", checks=[new]))
+    assert merged.checks == [new]

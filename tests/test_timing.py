@@ -1,0 +1,63 @@
+"""Timing: the protocol's arguments (cpu tier); per call with L2 flushed, back to back and host
+time per call, and peak memory, measured on the device (gpu tier)."""
+import time
+
+import pytest
+import torch
+
+from losslab.measure import timing
+
+
+@pytest.mark.parametrize("repeats", [0, -1])
+def test_repeats_below_one_are_refused_before_any_gpu_work(repeats):
+    with pytest.raises(ValueError, match=f"repeats: expected at least 1, got {repeats}"):
+        timing.time_cuda(lambda: pytest.fail("called"), repeats=repeats)
+
+
+def test_timing_imports_nothing_else_from_losslab():
+    import ast
+
+    tree = ast.parse(open(timing.__file__).read())
+    imported = [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+    imported += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+    assert not [m for m in imported if m.startswith("losslab")], imported
+
+
+@pytest.mark.gpu
+def test_per_call_back_to_back_and_host_times_are_measured():
+    x = torch.rand(2**24, device="cuda")
+    t = timing.time_cuda(lambda: x.sum(), repeats=10)
+    assert 0 < t.p10_ms <= t.median_ms <= t.p90_ms
+    assert t.back_to_back_ms is not None and 0 < t.back_to_back_ms
+    # back to back the 64 MiB input may sit in L2 and launches overlap: no slower than flushed, within noise
+    assert t.back_to_back_ms < 1.5 * t.median_ms
+    assert t.host_ms is not None and t.host_ms > 0
+
+
+@pytest.mark.gpu
+def test_host_time_sees_a_host_side_wait_the_gpu_does_not():
+    x = torch.rand(1024, device="cuda")
+
+    def slow_host():
+        time.sleep(0.002)
+        return x.sum()
+
+    t = timing.time_cuda(slow_host, repeats=5, warmup_ms=1.0)
+    assert t.host_ms >= 2.0 and t.median_ms < 1.0
+
+
+@pytest.mark.gpu
+def test_setup_state_is_passed_and_not_timed():
+    x = torch.rand(2**20, device="cuda", requires_grad=True)
+    seen = []
+
+    def setup():
+        return (x * 2).sum()
+
+    def backward(loss):
+        seen.append(loss)
+        return torch.autograd.grad(loss, x)
+
+    t = timing.time_cuda(backward, repeats=4, warmup_ms=1.0, setup=setup)
+    assert t.back_to_back_ms is not None and seen and all(isinstance(s, torch.Tensor) for s in seen)
+    assert timing.peak_extra_memory(backward, setup) >= x.numel() * 4  # the gradient it returns
