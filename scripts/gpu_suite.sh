@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
-# Everything the GPU machine is for, in one call: build, the compile and gpu test
-# tiers, then the benchmark that records reports/results/<device>.json.
-# Full logs and the record go to $OUT (default: ./gpu-out); the short tables print last.
-# BENCH_ARGS adds options to `losslab bench` (e.g. "--dtypes float32,bfloat16 --ncu").
-#   usage: scripts/gpu_suite.sh [problem ...]      (default: every problem)
+# Everything the GPU machine is for, in one call: build, the compile and gpu test tiers, then the
+# benchmark that adds to reports/results/<device>.json (every dtype, Nsight Compute last) and the
+# pitfalls record reports/results/pitfalls/<device>.json.
+# Full logs and the records go to $OUT (default: ./gpu-out); the short tables print last.
+# BENCH_ARGS replaces the bench options (default "--dtypes float32,bfloat16,float16 --ncu", what the
+# committed records hold); PITFALLS=0 skips the pitfalls record.
+#   usage: scripts/gpu_suite.sh [problem ...]      (default: every problem, then the summary)
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 export TORCH_EXTENSIONS_DIR=${TORCH_EXTENSIONS_DIR:-/tmp/losslab-extensions}
 problems=("$@")
-[ ${#problems[@]} -gt 0 ] || mapfile -t problems < <(python3 -c "from losslab import problems; print(*problems.names(), sep='\n')")
+[ ${#problems[@]} -gt 0 ] || problems=(--all)
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/nvidia-smi.txt"
 echo "== pytest: compile and gpu tiers"
@@ -18,8 +20,20 @@ python3 -m pytest -q -rs -m "gpu or compile" -p no:cacheprovider tests > "$OUT/p
 tests=$?
 tail -n 25 "$OUT/pytest.log"
 echo "== bench: ${problems[*]}"
-python3 -m losslab bench "${problems[@]}" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" | grep -v "^  "
+# shellcheck disable=SC2086  # BENCH_ARGS is a list of options
+python3 -m losslab bench "${problems[@]}" ${BENCH_ARGS:---dtypes float32,bfloat16,float16 --ncu} 2>&1 \
+    | tee "$OUT/bench.log" | grep -v "^  "
 bench=${PIPESTATUS[0]}
-cp reports/results/*.json "$OUT/" 2>/dev/null
-echo "pytest exit $tests, bench exit $bench"
-exit $(( tests || bench ))
+pitfalls=0
+if [ "${PITFALLS:-1}" != 0 ]; then
+    echo "== pitfalls --record"
+    python3 -m losslab pitfalls --record > "$OUT/pitfalls.log" 2>&1
+    pitfalls=$?
+    tail -n 15 "$OUT/pitfalls.log"
+fi
+mkdir -p "$OUT/results/pitfalls"
+cp reports/results/*.json "$OUT/results/" 2>/dev/null
+cp reports/results/pitfalls/*.json "$OUT/results/pitfalls/" 2>/dev/null
+python3 -m losslab summary | tee "$OUT/summary.txt"
+echo "pytest exit $tests, bench exit $bench, pitfalls exit $pitfalls"
+exit $(( tests || bench || pitfalls ))
