@@ -328,7 +328,8 @@ def cmd_bench(args) -> int:
             section.ncu = profile_problem(name, shapes[name], args.variants, peers)
             tables.append(f"{name}: DRAM traffic measured by ncu\n{ncu_table_text(section.ncu)}")
         if not args.no_record:
-            print(f"recorded {records.save_section(name, section)}", file=sys.stderr)
+            path = records.save_section(name, section, replace=args.replace)
+            print(f"{'recorded' if args.replace else 'added to'} {path}", file=sys.stderr)
         if args.json:
             args.json.with_suffix(f".{name}.json").write_text(json.dumps(section.as_dict(), indent=1))
     if len(sections) > 1:
@@ -442,6 +443,8 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--no-compile", action="store_true", help="skip the torch.compile peer")
     bench.add_argument("--no-check", action="store_true", help="skip the correctness checks")
     bench.add_argument("--no-record", action="store_true", help="do not add to reports/results/")
+    bench.add_argument("--replace", action="store_true", help="replace each problem's recorded section "
+                       "for this device instead of adding to it (a full re-record: no older row stays)")
     bench.add_argument("--ncu", action="store_true",
                        help="also profile each kernel once with Nsight Compute (DRAM bytes, FP32 instructions)")
     bench.set_defaults(fn=cmd_bench)

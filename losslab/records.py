@@ -458,9 +458,11 @@ def resolve_device(device: str, results_dir: Path | str = RESULTS_DIR) -> str:
     raise LookupError(f"no record of device {device!r} under {results_dir}; recorded devices: {known}")
 
 
-def save_section(problem: str, section: Section | dict, results_dir: Path | str = RESULTS_DIR) -> Path:
-    """Add ``section`` to its device's record (see :func:`merge`), keeping the other problems'.
-    Returns the record's path.
+def save_section(problem: str, section: Section | dict, results_dir: Path | str = RESULTS_DIR, *,
+                 replace: bool = False) -> Path:
+    """Add ``section`` to its device's record (see :func:`merge`), keeping the other problems'; with
+    ``replace``, it takes the place of the problem's recorded section instead (a full re-record, so
+    that no row of an older run stays behind). Returns the record's path.
 
     Raises:
         RecordError: the existing record file is not a record (it is left as it is).
@@ -470,7 +472,7 @@ def save_section(problem: str, section: Section | dict, results_dir: Path | str 
     path = record_path(section.device, results_dir)
     record = load(path) if path.exists() else Record(section.device)
     old = record.sections.get(problem)
-    record.sections[problem] = merge(old, section) if old else section
+    record.sections[problem] = merge(old, section) if old and not replace else section
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record.as_dict(), indent=1, sort_keys=True) + "\n")
     return path

@@ -3,8 +3,9 @@
 # benchmark that adds to reports/results/<device>.json (every dtype, Nsight Compute last) and the
 # pitfalls record reports/results/pitfalls/<device>.json.
 # Full logs and the records go to $OUT (default: ./gpu-out); the short tables print last.
-# BENCH_ARGS replaces the bench options (default "--dtypes float32,bfloat16,float16 --ncu", what the
-# committed records hold); PITFALLS=0 skips the pitfalls record.
+# BENCH_ARGS replaces the bench options (default "--replace --dtypes float32,bfloat16,float16 --ncu":
+# a full re-record of what the committed records hold; without --replace a run adds to the record);
+# PITFALLS=0 skips the pitfalls record.
 #   usage: scripts/gpu_suite.sh [problem ...]      (default: every problem, then the summary)
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu-out}
@@ -21,7 +22,7 @@ tests=$?
 tail -n 25 "$OUT/pytest.log"
 echo "== bench: ${problems[*]}"
 # shellcheck disable=SC2086  # BENCH_ARGS is a list of options
-python3 -m losslab bench "${problems[@]}" ${BENCH_ARGS:---dtypes float32,bfloat16,float16 --ncu} 2>&1 \
+python3 -m losslab bench "${problems[@]}" ${BENCH_ARGS:---replace --dtypes float32,bfloat16,float16 --ncu} 2>&1 \
     | tee "$OUT/bench.log" | grep -v "^  "
 bench=${PIPESTATUS[0]}
 pitfalls=0

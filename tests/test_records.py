@@ -233,3 +233,10 @@ def test_check_results_merge_by_variant_case_and_direction():
     new = replace(old, error=1e-8, passed=True, detail="", date="2")
     merged = records.merge(records.Section("kl_div", "G", checks=[old]), records.Section("kl_div", "G", checks=[new]))
     assert merged.checks == [new]
+
+
+def test_replace_is_a_full_re_record(results_dir, make_section):
+    records.save_section("kl_div", make_section("kl_div"), results_dir)
+    records.save_section("kl_div", records.Section("kl_div", "Fixture GPU", rows=[_row(shape=(8, 8))]), results_dir,
+                         replace=True)
+    assert records.latest_section("kl_div", results_dir=results_dir).shapes == [(8, 8)]
