@@ -1,0 +1,141 @@
+"""Variant objects: callable like the reference, differentiable, accepted by the checker and
+the bench wherever they take a rung's name.
+
+A :class:`PythonVariant` runs through ``losslab.ops.LossFunction``, the autograd glue of the
+shipped rungs, presented as the one rung of a problem (:class:`_AsProblem`). A
+:class:`CustomVariant` is one compiled from the user's CUDA source; its launchers run
+through the problem's own host code (the module-level ``forward``/``backward`` of
+``losslab.problems.<problem>``, one for every rung, which launch through
+``losslab.problems.launch``), exactly as a shipped rung's do.
+"""
+from __future__ import annotations
+
+import html
+import importlib
+from pathlib import Path
+
+import torch
+
+from losslab import problems
+from losslab.ops import LossFunction
+from losslab.problems import Rung
+from losslab.teach.custom.building import CompiledSource, build_module, check_source
+
+DEFAULT_BACKWARD = "warp_shuffle"  # a shipped rung of every problem that keeps what a custom forward keeps
+
+
+def _host(problem: str):
+    """The module of ``problem`` whose ``forward(ext, launcher, write_grad, *inputs, out=, grad_out=)``
+    and ``backward(ext, launcher, grad_in_forward, saved, grad_loss, out=)`` run any rung's launchers."""
+    return importlib.import_module(type(problems.get(problem)).__module__)
+
+
+class _AsProblem:
+    """A variant object seen by ``losslab.ops.LossFunction`` as a problem whose rungs it runs."""
+
+    def __init__(self, variant: PythonVariant):
+        self.variant, self.name = variant, variant.problem
+
+    def rung(self, name: str) -> Rung:
+        """Its row of a rung table: it takes the variant's dtypes and never writes its gradient
+        in the forward (so its backward may run more than once per forward)."""
+        return Rung(name, dtypes=self.variant.dtypes)
+
+    def launch_forward(self, _rung, inputs, out=None, needs_grad=False, grad_out=None):
+        return self.variant.launch_forward(inputs, out=out, needs_grad=needs_grad, grad_out=grad_out)
+
+    def launch_backward(self, _rung, saved, grad_loss, out=None):
+        return self.variant.launch_backward(saved, grad_loss, out=out)
+
+
+class PythonVariant:
+    """A variant defined by its two launch methods; callable like the reference (with autograd).
+
+    Subclasses set ``problem`` and ``name`` and implement ``launch_forward(inputs, out=None,
+    needs_grad=False, grad_out=None) -> (loss, saved)`` and ``launch_backward(saved, grad_loss,
+    out=None) -> grad``, as the problems' launchers do.
+    """
+
+    problem: str
+    name: str
+    dtypes: tuple[torch.dtype, ...] = (torch.float32,)
+
+    def validate(self, *inputs) -> None:
+        """The problem's input checks (types, shapes, one CUDA device): TypeError/ValueError
+        naming the argument."""
+        problems.get(self.problem).validate(*inputs)
+
+    def __call__(self, *inputs: torch.Tensor) -> torch.Tensor:
+        self.validate(*inputs)
+        if inputs[0].dtype not in self.dtypes:
+            raise TypeError(f"predictions: {self.problem} {self.name} takes dtype "
+                            f"{', '.join(map(str, self.dtypes))}, got {inputs[0].dtype}")
+        needs_grad = torch.is_grad_enabled() and inputs[0].requires_grad
+        return LossFunction.apply(_AsProblem(self), self.name, needs_grad, *inputs)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.problem} {self.name!r}>"
+
+
+class CustomVariant(PythonVariant):
+    """A variant compiled from your CUDA source (see :func:`compile_variant`).
+
+    Attributes:
+        problem, name, source: what was compiled.
+        compiled: the nvcc check's result (``.folder`` the build folder, ``.warnings``, ``.sass()``).
+        module: the imported extension (``forward``/``backward`` and the problem's stages,
+            taking pointers as integers).
+        backward_from: the shipped rung whose backward runs, or None for the source's own.
+    """
+
+    def __init__(self, problem: str, name: str, source: str, compiled: CompiledSource, module,
+                 backward_from: str | None):
+        self.problem, self.name, self.source = problem, name, source
+        self.compiled, self.module, self.backward_from = compiled, module, backward_from
+
+    def launch_forward(self, inputs, out=None, needs_grad=False, grad_out=None):
+        """Run the source's forward launcher through the problem's host code (which also runs
+        the problem's stages); returns the 0-d loss (in ``out`` if given) and what the backward
+        needs. ``needs_grad``/``grad_out`` are accepted and ignored: a custom forward never
+        writes the gradient (its gradient pointer is null)."""
+        return _host(self.problem).forward(self.module, "custom_forward", False, *inputs, out=out)
+
+    def launch_backward(self, saved, grad_loss, out=None):
+        """Run the source's backward launcher (or the shipped ``backward_from`` rung's): the
+        gradient w.r.t. the first input, scaled by the 0-d ``grad_loss``."""
+        if self.backward_from is not None:
+            return problems.get(self.problem).launch_backward(self.backward_from, saved, grad_loss, out=out)
+        return _host(self.problem).backward(self.module, "custom_backward", False, saved, grad_loss, out=out)
+
+    def _repr_html_(self) -> str:
+        backward = "its own" if self.backward_from is None else f"the shipped {self.backward_from} rung's"
+        warnings = "".join(f"<br>line {w.line}: warning: {html.escape(w.text)}" for w in self.compiled.warnings)
+        return (f"<p>{self.problem} variant <code>{html.escape(self.name)}</code>: compiled in "
+                f"<code>{html.escape(str(self.compiled.folder))}</code>; backward: {backward}.{warnings}</p>")
+
+
+def compile_variant(problem: str, name: str, cuda_source: str, *, backward: str | None = None,
+                    verbose: bool = False, root: Path | None = None) -> CustomVariant:
+    """Compile ``cuda_source`` (CUDA C++ defining ``<problem>_custom_forward`` and optionally
+    ``<problem>_custom_backward``, see ``signature(problem)``) into a variant called ``name``.
+
+    nvcc checks the source first (seconds); then ``torch.utils.cpp_extension`` builds it with
+    a generated pybind11 binding in the source's own folder and imports it. A second call with
+    the same source reuses the build. No GPU is needed to build; calling the variant needs one
+    (and runs in this process: see ``losslab.teach.isolated`` for a child with a time limit).
+
+    Args:
+        backward: see ``check_source``.
+        verbose: print the build's commands.
+        root: the folder of builds (default ``cache_root()``).
+    Returns a :class:`CustomVariant`, callable like the reference.
+
+    Raises:
+        ValueError: unknown problem, bad name, empty source.
+        CustomCompileError: the source does not compile (message in its line numbers).
+        build.BuildError: no nvcc, a CPU-only torch, or the build or link failed.
+    """
+    compiled = check_source(problem, cuda_source, name, backward=backward, root=root)
+    module = build_module(compiled, verbose=verbose)
+    backward_from = None if compiled.has_backward else (backward or DEFAULT_BACKWARD)
+    return CustomVariant(problem, name, cuda_source, compiled, module, backward_from)
