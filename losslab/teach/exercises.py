@@ -7,10 +7,13 @@
 Each exercise is a CUDA file under ``exercises/<problem>/`` that compiles but fails the
 check until its ``FILL ME IN`` is done; its solution is under
 ``exercises/solutions/<problem>/``. Both define the launchers of a custom variant
-(``losslab.teach.custom``); the backward is the shipped warp_shuffle rung's. A grade is green
-when the source compiles, its machine code shows the rung's idea (where an opcode shows
-it) and every check against the float64 reference passes. Without a GPU the grade
-compiles the source, reads its SASS and says that the checks need a GPU.
+(``losslab.teach.custom``); the backward is a shipped rung's. A grade is green when the
+source compiles, its machine code shows the rung's idea (where an opcode shows it) and
+every check against the float64 reference passes. On a GPU the checks run in a child
+process with a time limit (``custom.check``): a kernel that hangs or faults (a misaligned
+float4 load) is graded red with what happened, and the notebook's CUDA context stays
+usable. Without a GPU the grade compiles the source, reads its SASS and says that the
+checks need a GPU.
 """
 from __future__ import annotations
 
@@ -21,7 +24,9 @@ from pathlib import Path
 import torch
 
 from losslab import build
+from losslab.present.html import Html
 from losslab.teach import custom
+from losslab.teach.custom.evaluation import CHECK_TIMEOUT_S
 
 ROOT = build.ROOT / "exercises"
 SIZES = ("small", "odd", "narrow", "scalar")  # graded sizes: aligned, odd, few rows, one element
@@ -73,11 +78,8 @@ def _pre(text: str) -> str:
     return f'<pre style="font-size:11px;white-space:pre;overflow-x:auto">{html.escape(text)}</pre>'
 
 
-def task(key: str) -> str:
-    """The exercise's task and its skeleton's source (with its path, to open and edit), as a
-    ``workbook.Html``."""
-    from losslab.present.workbook import Html
-
+def task(key: str) -> Html:
+    """The exercise's task and its skeleton's source (with its path, to open and edit)."""
     e = get(key)
     path = e.skeleton.relative_to(build.ROOT)
     plain = f"{e.title}\n{e.task}\nEdit {path}:\n\n{e.skeleton.read_text()}"
@@ -92,7 +94,8 @@ class Grade:
 
     ``compiled``: nvcc accepted it (else ``compile_error``); ``sass``: opcode -> found in its
     machine code (empty when cuobjdump is missing or nothing is asked); ``checks``: the
-    CheckResults (None when they could not run, ``note`` says why); ``passed``: all of it green.
+    CheckResults (None when they could not run, ``note`` says why); ``fault``: the child's
+    verdict when the kernel hung or faulted (the checks then stopped); ``passed``: all green.
     """
 
     key: str
@@ -102,6 +105,7 @@ class Grade:
     sass: dict[str, bool] = field(default_factory=dict)
     checks: list | None = None
     note: str = ""
+    fault: str = ""
 
     @property
     def passed(self) -> bool:
@@ -116,32 +120,39 @@ class Grade:
         out.append("  compiles (nvcc)")
         for opcode, found in self.sass.items():
             out.append(f"  machine code shows {opcode}: {'yes' if found else 'NO'}")
-        if self.checks is None:
+        if self.fault:
+            out.append("  checks: stopped, the kernel did not finish:")
+            out += ["    " + line for line in self.fault.splitlines()]
+        elif self.checks is None:
             out.append(f"  checks: not run ({self.note})")
         else:
             failed = [c for c in self.checks if not c.passed]
             out.append(f"  checks: {len(self.checks) - len(failed)} of {len(self.checks)} passed")
             for c in failed[:8]:
-                out.append(f"    FAIL {c.direction} {c.case}: error {c.error:.2e} > {c.tolerance:.0e} {c.detail}".rstrip())
-        verdict = "GREEN: done" if self.passed else ("not graded yet" if self.checks is None and self.compiled
-                                                      and all(self.sass.values()) else "RED: not yet")
+                out.append(f"    FAIL {c.direction} {c.case}: error {c.error:.2e} > {c.tolerance:.0e} "
+                           f"{c.detail}".rstrip())
+        waiting = self.checks is None and not self.fault and self.compiled and all(self.sass.values())
+        verdict = "GREEN: done" if self.passed else "not graded yet" if waiting else "RED: not yet"
         return out + [f"  {verdict}"]
 
     def _repr_mimebundle_(self, include=None, exclude=None):
         text = "\n".join(self.lines())
-        color = "#060" if self.passed else "#a40" if self.checks is None and self.compiled else "#b00"
+        waiting = self.checks is None and not self.fault and self.compiled
+        color = "#060" if self.passed else "#a40" if waiting else "#b00"
         return {"text/plain": text, "text/html": f'<pre style="color:{color}">{html.escape(text)}</pre>'}
 
 
 def grade(key: str, source: str | None = None, *, solution: bool = False, gpu: bool | None = None,
-          sizes: tuple[str, ...] = SIZES, edge_cases: bool = True) -> Grade:
+          sizes: tuple[str, ...] = SIZES, edge_cases: bool = True,
+          timeout_s: float = CHECK_TIMEOUT_S) -> Grade:
     """Grade exercise ``key``: the skeleton file as it is now (your edits), or ``source``,
     or with ``solution=True`` the solution file.
 
     Compiles with nvcc, reads the machine code for the exercise's opcodes (when cuobjdump
     is available) and, on a GPU (``gpu`` None: when one is visible), builds the variant and
-    checks it forward and backward at ``sizes`` and on the edge cases. Never raises for a
-    wrong source: a compile error is part of the grade.
+    checks it forward and backward at ``sizes`` and on the edge cases, in a child process
+    killed after ``timeout_s`` seconds. Never raises for a wrong source: a compile error, a
+    hang or a fault is part of the grade.
 
     Raises:
         ValueError: unknown exercise.
@@ -169,12 +180,10 @@ def grade(key: str, source: str | None = None, *, solution: bool = False, gpu: b
     if not gpu:
         result.note = "; ".join([*notes, "the checks need a CUDA GPU and none is visible here"])
         return result
-    from losslab import problems
-    from losslab.measure.check import check_edge_cases, check_variant
-
-    variant = custom.compile_variant(e.problem, e.key, source)
-    spec = problems.get(e.problem)
-    result.checks = [c for s in sizes for c in check_variant(e.problem, variant, spec.sizes[s], seed=0)]
-    if edge_cases:
-        result.checks += check_edge_cases(e.problem, variant)
+    try:
+        variant = custom.compile_variant(e.problem, e.key, source)
+    except build.BuildError as err:  # the link or the binding failed after nvcc's check passed
+        return Grade(key, label, False, str(err), result.sass)
+    run = custom.check(variant, sizes, edge_cases=edge_cases, seed=0, timeout_s=timeout_s)
+    result.checks, result.fault = run.checks, "" if run.outcome.ok else run.outcome.format()
     return result
