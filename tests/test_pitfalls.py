@@ -1,8 +1,9 @@
-"""The pitfalls (losslab.pitfalls, notebooks/06_pitfalls.ipynb): deliberately wrong kernels.
+"""The pitfalls (losslab.teach.pitfalls, notebooks/06_pitfalls.ipynb): deliberately wrong kernels.
 
-cpu tier: every pitfall has its wrong line marked, records round-trip and render, and with
-no record the page says so instead of inventing an outcome. compile tier: the CUDA
-pitfalls compile. gpu tier: each fails the checker (or its probe) as described.
+cpu tier: every pitfall has its wrong line marked, records round-trip and render, with no
+record the page says so instead of inventing an outcome, and a pitfall whose child process
+hung or faulted is recorded as such. compile tier: the CUDA pitfalls compile. gpu tier:
+each fails the checker (or its probe) as described, each run in a child process.
 """
 import json
 import math
@@ -10,16 +11,20 @@ import math
 import pytest
 import torch
 
-from losslab.teach import pitfalls
-from losslab import records
+from losslab import build, problems, records
 from losslab.__main__ import main
+from losslab.teach import isolated, pitfalls
 
 KEYS = [p.key for p in pitfalls.PITFALLS]
 
 
-def test_the_seven_classic_mistakes():
-    assert KEYS == ["wrong_direction", "batchmean_bd", "epsilon", "int32_targets", "atomic_add", "item_sync",
-                    "one_element"]
+def test_each_pitfall_is_one_file_or_one_wrapper_of_a_known_problem():
+    assert len(set(KEYS)) == len(KEYS)
+    for p in pitfalls.PITFALLS:
+        problems.get(p.problem)
+        assert (p.source is None) == p.host
+    files = {path.relative_to(pitfalls.SOURCES).with_suffix("").as_posix() for path in pitfalls.SOURCES.rglob("*.cu")}
+    assert files == {f"{p.problem}/{p.key}" for p in pitfalls.PITFALLS if not p.host}  # no file left unlisted
 
 
 @pytest.mark.parametrize("key", KEYS)
@@ -29,6 +34,12 @@ def test_wrong_line_is_marked(key):
     if not p.host:
         assert p.source.exists() and f"{p.problem}_custom_forward(" in p.source.read_text()
     assert p.title in pitfalls.describe(key).plain
+
+
+def test_host_pitfall_lines_are_the_wrong_ones():
+    assert "reshape(1)" in pitfalls.source_lines("one_element")
+    assert ".item()" in pitfalls.source_lines("item_sync")
+    assert pitfalls.source_lines("item_sync").count("\n") == 0  # its line only, not the other wrapper's
 
 
 def test_unknown_pitfall():
@@ -82,6 +93,38 @@ def test_records_stay_out_of_the_bench_records(tmp_path):
     assert pitfalls.RECORDS.parent == records.RESULTS_DIR
 
 
+def test_a_pitfall_that_hangs_or_faults_is_recorded_as_such(monkeypatch):
+    """Each pitfall runs in a child process: its hang or fault becomes its outcome."""
+    calls = []
+
+    def fake_run(target, kwargs, timeout_s):
+        calls.append((target, kwargs))
+        return isolated.Outcome("timed_out", message="no result after 300 s: killed")
+
+    monkeypatch.setattr(isolated, "run", fake_run)
+    outcome = pitfalls.run_isolated("epsilon")
+    assert calls == [("losslab.teach.pitfalls:run", {"key": "epsilon"})]
+    assert outcome["first_failure"] == "timed_out: no result after 300 s: killed" and outcome["fault"]
+    assert outcome["checks"] == [] and outcome["problem"] == "kl_div"
+    rec = fixture_record()
+    rec["outcomes"]["epsilon"] = outcome
+    assert "timed_out: no result after 300 s" in pitfalls.outcome(rec, "epsilon").plain
+
+
+def test_the_record_hash_follows_the_pitfall_sources_and_the_code_that_runs_them(tmp_path):
+    """Editing a pitfall's kernel, or the custom-variant code that builds it, makes a record stale."""
+    import shutil
+
+    for folder in ("kernels", "pitfalls", "losslab"):
+        shutil.copytree(build.ROOT / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    assert pitfalls.sources_sha256(tmp_path) == pitfalls.sources_sha256()  # the same bytes at the same paths
+    for edited in ("pitfalls/kl_div/epsilon.cu", "losslab/teach/custom/building.py"):
+        before = pitfalls.sources_sha256(tmp_path)
+        path = tmp_path / edited
+        path.write_text(path.read_text() + "\n// edited\n")
+        assert pitfalls.sources_sha256(tmp_path) != before, edited
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message given without a GPU")
 def test_cli_without_gpu_says_why():
     with pytest.raises(SystemExit, match="needs a CUDA GPU"):
@@ -106,7 +149,8 @@ def outcomes():
 
 def outcome(outcomes, key):
     if key not in outcomes:
-        outcomes[key] = pitfalls.run(key)
+        outcomes[key] = pitfalls.run_isolated(key)  # in a child process, as `losslab pitfalls` runs it
+    assert "fault" not in outcomes[key], outcomes[key].get("fault")
     return outcomes[key]
 
 

@@ -12,7 +12,6 @@ Without a GPU, notebooks show the newest record and say where and when it was ma
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import html
 import json
 import time
@@ -22,16 +21,17 @@ from pathlib import Path
 
 import torch
 
-from losslab import build
-from losslab.teach import custom
-from losslab import problems
-from losslab import records
+from losslab import build, problems, records
+from losslab.present.html import Html
+from losslab.present.html import table as html_table
+from losslab.teach import custom, isolated
 
 SOURCES = build.ROOT / "pitfalls"
 RECORDS = records.RESULTS_DIR / "pitfalls"  # a subfolder: records.load_records reads only *.json at the top
 CHECK_SIZES = ("small", "odd")
 DETERMINISM_SHAPE, DETERMINISM_RUNS = (4096, 4096), 20
 TIMELINE_SIZE, TIMELINE_CALLS = "small", 200
+RUN_TIMEOUT_S = 300.0  # one pitfall's build import, checks and probe, in its child process
 
 
 @dataclass(frozen=True)
@@ -98,7 +98,7 @@ class HostPitfall(custom.PythonVariant):
         spec = problems.get(self.problem)
         loss, saved = spec.launch_forward(self.rung, inputs, out=out, needs_grad=needs_grad, grad_out=grad_out)
         if self.key == "item_sync" and not loss.isfinite().item():  # PITFALL: waits for the GPU
-            warnings.warn(f"{self.problem}: non-finite loss")
+            warnings.warn(f"{self.problem}: non-finite loss", stacklevel=2)
         if self.key == "one_element":
             loss = loss.reshape(1)  # PITFALL: PyTorch returns a 0-d tensor
         return loss, saved
@@ -189,25 +189,38 @@ def run(key: str, sizes: tuple[str, ...] = CHECK_SIZES, edge_cases: bool = True)
             "probe": probe}
 
 
-def sources_sha256() -> str:
-    """sha256 over ``pitfalls/`` and this module: what a record was measured with."""
-    digest = hashlib.sha256()
-    for path in sorted([*SOURCES.rglob("*.cu"), Path(__file__)]):
-        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-    return digest.hexdigest()
+def sources_sha256(root: Path | None = None) -> str:
+    """sha256 of what a pitfalls record was measured with: ``records.pitfall_sources_sha256`` over
+    the problems' measured sources and ``pitfalls/``, plus this module and the custom-variant
+    code that builds and runs the CUDA pitfalls (``root``: a copy of the repository to hash)."""
+    here = Path(__file__).resolve().parent
+    return records.pitfall_sources_sha256([Path(__file__).resolve(), *sorted((here / "custom").glob("*.py"))], root)
 
 
-def measure(keys: list[str] | None = None, progress: bool = True) -> dict:
-    """Run the pitfalls (default all) on this GPU; return a record (not saved): device, torch,
-    CUDA, date, the sources' sha256, ``live`` True and the outcome of each (see :func:`run`)."""
+def run_isolated(key: str, timeout_s: float = RUN_TIMEOUT_S) -> dict:
+    """:func:`run` in a child process killed after ``timeout_s`` seconds: a pitfall that hangs or
+    faults gives an outcome with ``fault`` (the child's verdict) and no checks, instead of a
+    hung or broken process."""
+    outcome = isolated.run("losslab.teach.pitfalls:run", {"key": key}, timeout_s)
+    if outcome.ok:
+        return outcome.value
+    return {"key": key, "problem": get(key).problem, "checks": [], "failed": 0, "worst_forward_error": float("nan"),
+            "first_failure": f"{outcome.status}: {outcome.message}", "probe": None, "fault": outcome.format()}
+
+
+def measure(keys: list[str] | None = None, progress: bool = True, isolate: bool = True) -> dict:
+    """Run the pitfalls (default all) on this GPU, each in a child process if ``isolate``; return
+    a record (not saved): device, torch, CUDA, date, the sources' sha256, ``live`` True and the
+    outcome of each (see :func:`run`)."""
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
     rec = {"device": props.name, "torch": torch.__version__, "cuda": torch.version.cuda,
            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
            "sources_sha256": sources_sha256(), "live": True, "outcomes": {}}
     for key in keys or [p.key for p in PITFALLS]:
+        get(key)
         if progress:
             print(f"  pitfall {key} ...", flush=True)
-        rec["outcomes"][key] = run(key)
+        rec["outcomes"][key] = run_isolated(key) if isolate else run(key)
     return rec
 
 
@@ -262,9 +275,7 @@ def _probe_text(key: str, probe: dict | None) -> str:
 
 def outcome_table(rec: dict | None) -> str:
     """Each pitfall: the checks failed, the worst forward error, the first failure and the
-    probe, from a record (or a message that there is none), as a ``workbook.Html`` table."""
-    from losslab.present.workbook import Html, _table
-
+    probe, from a record (or a message that there is none), as an ``Html`` table."""
     if rec is None:
         text = banner(None)
         return Html(f'<p style="color:#a40"><b>{html.escape(text)}</b></p>', plain=text)
@@ -281,15 +292,13 @@ def outcome_table(rec: dict | None) -> str:
         plain.append(f"{p.key}: {checks}; worst forward error {o['worst_forward_error']:.3g}; "
                      f"{o['first_failure'] or 'no failure'}{'; ' + probe if probe else ''}")
     caption = html.escape(banner(rec))
-    return Html(_table(["pitfall", "checks", "worst forward rel. error", "first failure", "probe"], body, caption,
+    return Html(html_table(["pitfall", "checks", "worst forward rel. error", "first failure", "probe"], body, caption,
                        text_columns=5), plain="\n".join([banner(rec), *plain]))
 
 
 def outcome(rec: dict | None, key: str) -> str:
     """What the checker saw for pitfall ``key`` in ``rec``: checks failed of run, the worst forward
-    error, the first failure, the probe; or that nothing is recorded (a ``workbook.Html``)."""
-    from losslab.present.workbook import Html
-
+    error, the first failure, the probe; or that nothing is recorded (an ``Html``)."""
     o = (rec or {}).get("outcomes", {}).get(key)
     if o is None:
         text = "No recorded outcome for this pitfall yet (see the note at the top): nothing measured."
@@ -318,8 +327,6 @@ def source_lines(key: str) -> str:
 
 def describe(key: str) -> str:
     """A pitfall's title, the mistake, where the checker should catch it, and its wrong line(s)."""
-    from losslab.present.workbook import Html
-
     p = get(key)
     code = source_lines(key)
     body = (f"<p><b>{html.escape(p.title)}</b>: {html.escape(p.mistake)}. Expected symptom: "
