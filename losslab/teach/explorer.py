@@ -5,26 +5,51 @@ dtype; the cost model, the timing table, the bandwidth chart and the roofline fo
     ex.show(Selection("kl_div", ("naive", "vectorized"), "small", "float32"))   # static: papermill
     ex.widget(Selection("kl_div", ("naive", "vectorized"), "small", "float32")) # JupyterLab
 
-Live, each (problem, implementation, shape, dtype, repeats) is measured once and cached, so
-changing the selection measures only what is new. Without a GPU the explorer filters the
-newest recorded section (measured at its own shape) and draws the cost model at any size.
-No shipped variant exposes a launch configuration (each .cu fixes THREADS at compile time),
-so there is nothing to choose there yet.
+Live, each (problem, implementation, shape, dtype, repeats) is measured once
+(``records.measure_section``, no checks) and cached, so changing the selection measures only
+what is new; the cached sections are combined with speedups across them. Without a GPU the
+explorer filters the newest recorded section: at the selected size if the record holds it,
+else at the record's own size; the cost model is drawn at any size. The block size of each
+rung is fixed in its kernel file, so there is no launch configuration to pick here: the note
+lists each rung's and says where to try another (your own variant, notebook 05).
 """
 from __future__ import annotations
 
+import dataclasses
 import html
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from losslab import problems
-from losslab.present import workbook
-from losslab.measure.bench import PEERS
+from losslab import build, problems, records
+from losslab.measure.peers import PEERS
+from losslab.present import charts, tables
+from losslab.present.html import Html
 
-LAUNCH_NOTE = ("Launch configuration: none of the shipped variants exposes one (each kernel file fixes "
-               "THREADS = 256 at compile time), so there is nothing to choose here yet.")
+_THREADS = re.compile(r"constexpr\s+int\s+THREADS\s*=\s*([^;]+);")
+
+
+def block_sizes(problem: str, variants: tuple[str, ...] | list[str]) -> dict[str, str]:
+    """Each rung's threads per block as its kernel file sets it (``constexpr int THREADS = ...``:
+    a number or an expression such as ``32 * WARPS``); rungs whose file sets none are left out."""
+    found = {}
+    for variant in variants:
+        path = build.KERNELS / problem / f"{variant}.cu"
+        match = _THREADS.search(path.read_text()) if path.is_file() else None
+        if match:
+            found[variant] = " ".join(match.group(1).split())
+    return found
+
+
+def launch_note(problem: str, variants: tuple[str, ...] | list[str]) -> str:
+    """What the launch configuration of the selected rungs is, and where to change it."""
+    sizes = block_sizes(problem, variants)
+    listed = ", ".join(f"{v} {t}" for v, t in sizes.items())
+    return ("Launch configuration: each rung's threads per block are fixed in its kernel file at compile time"
+            + (f" ({listed})" if listed else "") + ", so there is none to pick here. To try another, copy the "
+            "rung's file into your own variant (notebook 05, custom.compile_variant) and change THREADS.")
 
 
 @dataclass(frozen=True)
@@ -43,7 +68,7 @@ class Explorer:
     Args:
         live: True measures on the GPU, False shows the record, None: live when a GPU is visible.
         repeats: timed calls per measurement (live).
-        peers: PyTorch peers to time beside the variants (live): "eager", "compile".
+        peers: PyTorch peers to time beside the variants (live): some of ``measure.peers.PEERS``.
         device, results_dir: which record to show when not live.
     """
 
@@ -53,9 +78,9 @@ class Explorer:
         self.repeats, self.peers = repeats, tuple(peers)
         self.device, self.results_dir = device, results_dir
         self.measurements = 0  # how many (implementation, shape, dtype) were measured: the cache's effect
-        self._rows: dict[tuple, list[dict]] = {}
-        self._recorded: dict[str, dict | None] = {}
-        self._bandwidth: dict[str, float] | None = None
+        self._measured: dict[tuple, records.Section] = {}
+        self._recorded: dict[str, records.Section | None] = {}
+        self._ceilings: dict | None = None
 
     # --- what can be chosen ---------------------------------------------------------------------
 
@@ -67,88 +92,81 @@ class Explorer:
             found = {d for v in spec.variants for d in spec.dtypes(v)}
             return [str(d).removeprefix("torch.") for d in (torch.float32, torch.bfloat16, torch.float16) if d in found]
         section = self.recorded(problem)
-        return ["float32", *(section or {}).get("rows_by_dtype", {})]
+        return section.dtypes if section is not None and section.rows else ["float32"]
 
-    def recorded(self, problem: str) -> dict | None:
+    def recorded(self, problem: str) -> records.Section | None:
         """The newest recorded section of ``problem`` (cached), or None."""
         if problem not in self._recorded:
-            self._recorded[problem] = workbook.load_results(problem, device=self.device, live=False,
-                                                            results_dir=self.results_dir)
+            folder = Path(self.results_dir) if self.results_dir else records.RESULTS_DIR
+            try:
+                self._recorded[problem] = records.latest_section(problem, self.device, folder)
+            except LookupError:
+                self._recorded[problem] = None
         return self._recorded[problem]
 
     # --- the rows ---------------------------------------------------------------------------------
 
-    def _measure(self, problem: str, implementation: str, shape: tuple[int, int], dtype: str) -> list[dict]:
-        from losslab.measure.bench import bench_problem
-        from losslab.present.roofline import measure_bandwidth
+    def _measure(self, problem: str, implementation: str, shape: tuple[int, int], dtype: str) -> records.Section:
+        from losslab.measure.ceilings import measure_ceilings
 
         key = (problem, implementation, shape, dtype, self.repeats)
-        if key not in self._rows:
-            if self._bandwidth is None:
-                self._bandwidth = measure_bandwidth()
+        if key not in self._measured:
+            if self._ceilings is None:
+                self._ceilings = measure_ceilings()
             peer = implementation in PEERS
-            rows = bench_problem(problem, shape, [] if peer else [implementation], peers=(implementation,) if peer else (),
-                                 repeats=self.repeats, bandwidth=self._bandwidth, progress=False,
-                                 dtype=getattr(torch, dtype))
-            self._rows[key] = [r.as_dict() for r in rows]
+            self._measured[key] = records.measure_section(
+                problem, shape, variants=[] if peer else [implementation], peers=(implementation,) if peer else (),
+                dtypes=(dtype,), repeats=self.repeats, check=False, ceilings=self._ceilings, progress=False)
             self.measurements += 1
-        return self._rows[key]
+        return self._measured[key]
 
-    def section(self, sel: Selection) -> dict | None:
-        """A section (the format ``workbook`` renders) holding the selected variants and the
-        peers: measured now (only what is not cached) or filtered from the record; None when
-        not live and nothing is recorded."""
+    def section(self, sel: Selection) -> records.Section | None:
+        """The selected variants and the peers as one section: measured now (only what is not
+        cached) or filtered from the record; None when not live and nothing is recorded."""
         spec = problems.get(sel.problem)
         if not self.live:
             section = self.recorded(sel.problem)
             if section is None:
                 return None
-            rows = section["rows"] if sel.dtype == "float32" else section.get("rows_by_dtype", {}).get(sel.dtype, [])
-            rows = [r for r in rows if r["kind"] == "peer" or r["implementation"] in sel.variants]
-            return {**section, "rows": rows, "dtype": sel.dtype,
-                    "checks": [c for c in section["checks"] if c["variant"] in sel.variants]}
-        from losslab import records
-
+            shape = spec.sizes[sel.size] if tuple(spec.sizes[sel.size]) in section.shapes else section.primary_shape
+            view = section.view(shape, sel.dtype)
+            return dataclasses.replace(
+                view, rows=[r for r in view.rows if r.kind == "peer" or r.implementation in sel.variants],
+                checks=[c for c in view.checks if c.variant in sel.variants])
         shape = tuple(spec.sizes[sel.size])
-        rows = [dict(r) for impl in (*sel.variants, *self.peers)
-                for r in self._measure(sel.problem, impl, shape, sel.dtype)]
-        for row in rows:  # speedups over the peers, across separately measured rows
-            row["speedup"] = {p["implementation"]: p["median_ms"] / row["median_ms"] for p in rows
-                              if p["kind"] == "peer" and p["direction"] == row["direction"] and p is not row}
-        section = records.provenance(sel.problem)
-        section.update(shape=list(shape), dtype=sel.dtype, repeats=self.repeats, bandwidth_gbps=self._bandwidth,
-                       rows=rows, checks=[], problem=sel.problem, source="live")
-        return section
+        return records.combine([self._measure(sel.problem, impl, shape, sel.dtype)
+                                for impl in (*sel.variants, *self.peers)])
 
     # --- showing it ---------------------------------------------------------------------------------
 
-    def note(self, sel: Selection, section: dict | None) -> workbook.Html:
-        """Where the numbers come from, and what of the selection they cover."""
+    def note(self, sel: Selection, section: records.Section | None) -> Html:
+        """Where the numbers come from, what of the selection they cover, and the launch note."""
         spec = problems.get(sel.problem)
         rows, cols = spec.sizes[sel.size]
         parts = []
         if section is None:
             parts.append(f"No GPU here and no recorded results for {sel.problem}: only the cost model below. "
                          f"Run `python -m losslab bench {sel.problem}` on a GPU machine and commit the record.")
-        elif section["source"] == "live":
-            parts.append(f"LIVE on {section['device']}: {sel.problem} {rows}x{cols} {sel.dtype}, median of "
+        elif section.source == "live":
+            parts.append(f"LIVE on {section.device}: {sel.problem} {rows}x{cols} {sel.dtype}, median of "
                          f"{self.repeats} calls; {self.measurements} measurement(s) so far, each cached.")
         else:
-            r, c = section["shape"]
-            parts.append(f"RECORDED on {section['device']} ({section['date']}) at {r}x{c}; no GPU here, so "
+            shape = section.rows[0].shape if section.rows else section.primary_shape
+            r, c = shape or (rows, cols)
+            parts.append(f"RECORDED on {section.device} ({section.date}) at {r}x{c}; no GPU here, so "
                          f"the table and plots filter that record.")
             if (r, c) != (rows, cols):
                 parts.append(f"The size {sel.size!r} ({rows}x{cols}) applies to the cost model only.")
-            if not section["rows"]:
+            if not section.rows:
                 parts.append(f"The record holds no {sel.dtype} rows for these variants.")
         missing = [v for v in sel.variants if getattr(torch, sel.dtype) not in spec.dtypes(v)]
         if missing:
             parts.append(f"No {sel.dtype} kernels in: {', '.join(missing)}.")
-        parts.append(LAUNCH_NOTE)
+        parts.append(launch_note(sel.problem, sel.variants))
         text = " ".join(parts)
-        return workbook.Html(f"<p>{html.escape(text)}</p>", plain=text)
+        return Html(f"<p>{html.escape(text)}</p>", plain=text)
 
-    def roofline_figure(self, section: dict):
+    def roofline_figure(self, section: records.Section):
         """The roofline of ``section`` on a Figure made without pyplot (shown once per display)."""
         from matplotlib.figure import Figure
 
@@ -163,10 +181,9 @@ class Explorer:
         and (with results) the timing table, the bandwidth chart and the roofline."""
         section = self.section(sel)
         shape = problems.get(sel.problem).sizes[sel.size]
-        items = [self.note(sel, section), workbook.cost_table(sel.problem, shape)]
-        if section is not None and section["rows"]:
-            items += [workbook.timing_table(section), workbook.bandwidth_chart(section),
-                      self.roofline_figure(section)]
+        items = [self.note(sel, section), tables.cost_table(sel.problem, shape, dtype=sel.dtype)]
+        if section is not None and section.rows:
+            items += [tables.timing_table(section), charts.bandwidth_chart(section), self.roofline_figure(section)]
         return items
 
     def show(self, sel: Selection) -> None:
@@ -190,6 +207,8 @@ class Explorer:
         repeats_w = w.IntSlider(value=self.repeats, min=3, max=50, continuous_update=False, description="repeats",
                                 disabled=not self.live)
         out = w.Output(layout=w.Layout(height=height, overflow="auto"))
+        launch = w.HTML(f"<small>{html.escape(launch_note(sel.problem, spec.variants))}</small>",
+                        layout=w.Layout(width="420px"))
         updating = {"now": False}
 
         def refresh(_=None):
@@ -209,6 +228,7 @@ class Explorer:
             size_w.options = list(new.sizes)
             size_w.value = sel.size if sel.size in new.sizes else "small"
             dtype_w.options, dtype_w.value = self.dtypes(new.name), "float32"
+            launch.value = f"<small>{html.escape(launch_note(new.name, new.variants))}</small>"
             updating["now"] = False
             refresh()
 
@@ -216,5 +236,4 @@ class Explorer:
         for control in (variants_w, size_w, dtype_w, repeats_w):
             control.observe(refresh, names="value")
         refresh()
-        launch = w.HTML(f"<small>{html.escape(LAUNCH_NOTE)}</small>", layout=w.Layout(width="420px"))
         return w.VBox([w.HBox([problem_w, size_w, dtype_w]), w.HBox([variants_w, w.VBox([repeats_w, launch])]), out])
