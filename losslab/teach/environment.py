@@ -7,14 +7,17 @@
 from __future__ import annotations
 
 import html
-import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from losslab import build
+from losslab import build, problems
+from losslab.measure.ncu import find_ncu
+from losslab.present.html import Html
+from losslab.present.html import table as html_table
+from losslab.teach.exercises import EXERCISES
 
 
 @dataclass(frozen=True)
@@ -48,17 +51,6 @@ def _nvcc() -> tuple[str | None, str | None]:
     return str(path), release[0].split("release")[-1].strip() if release else None
 
 
-def _ncu() -> str | None:
-    found = shutil.which("ncu")
-    if found:
-        return found
-    try:
-        candidate = build.find_cuda_home() / "bin" / "ncu"
-    except build.BuildError:
-        return None
-    return str(candidate) if candidate.exists() else None
-
-
 def detect() -> Environment:
     """Look for a CUDA GPU, nvcc, ncu and cuobjdump (a few subprocess calls; no GPU needed)."""
     nvcc, version = _nvcc()
@@ -67,7 +59,7 @@ def detect() -> Environment:
     except build.BuildError:
         cuobjdump = None
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else None
-    return Environment(gpu, torch.__version__, torch.version.cuda, nvcc, version, _ncu(), cuobjdump)
+    return Environment(gpu, torch.__version__, torch.version.cuda, nvcc, version, find_ncu(), cuobjdump)
 
 
 def _cell(value: str | None, missing: str) -> str:
@@ -76,9 +68,7 @@ def _cell(value: str | None, missing: str) -> str:
 
 
 def table(env: Environment):
-    """The tools, found or not, and what each one is for (a ``workbook.Html`` table)."""
-    from losslab.present.workbook import Html, _table
-
+    """The tools, found or not, and what each one is for (an ``Html`` table)."""
     rows = [
         ("CUDA GPU", env.gpu, "none visible", "run the kernels: live measurements, checks, exercises graded green"),
         ("torch", f"{env.torch} (CUDA {env.cuda_build})" if env.cuda_build else None,
@@ -91,11 +81,19 @@ def table(env: Environment):
     ]
     body = [[html.escape(name), _cell(value, missing), html.escape(use)] for name, value, missing, use in rows]
     plain = "\n".join(f"{name}: {value or missing}" for name, value, missing, _ in rows)
-    return Html(_table(["tool", "here", "what it is for"], body, text_columns=3), plain=plain)
+    return Html(html_table(["tool", "here", "what it is for"], body, text_columns=3), plain=plain)
+
+
+def _rungs(problem: str) -> str:
+    """``"five rungs"``: how many rungs ``problem``'s ladder has, in words (the count from its rung table)."""
+    count = len(problems.get(problem).variants)
+    words = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
+    return f"{words[count] if count < len(words) else count} rung{'s' if count != 1 else ''}"
 
 
 NOTEBOOKS = (
-    ("01_kl_div", "The KL-divergence ladder: the loss, the cost model, four rungs side by side, checks, timings.",
+    ("01_kl_div", f"The KL-divergence ladder: the loss, the cost model, {_rungs('kl_div')} side by side, checks, "
+     "timings.",
      "measures every rung live", "renders the newest recorded results"),
     ("02_cross_entropy", "The cross-entropy ladder, told the same way (ignore_index, log-sum-exp).",
      "measures every rung live", "renders the newest recorded results"),
@@ -104,21 +102,20 @@ NOTEBOOKS = (
      "draws the newest record, or the datasheet roofline and the model only"),
     ("04_explorer", "Pick a problem, variants, size and dtype; tables and plots follow.",
      "measures what you pick, caching each result", "filters the recorded results; the cost model at any size"),
-    ("05_your_turn", "Three graded exercises: coalesce, warp shuffles, vector loads; your own variant.",
+    ("05_your_turn", f"{len(EXERCISES)} graded exercises ({', '.join(e.title.lower() for e in EXERCISES)}); "
+     "your own variant.",
      "compiles, reads the SASS and checks your kernel: green when done",
      "compiles your kernel and reads its SASS; the checks need a GPU"),
     ("06_pitfalls", "Classic mistakes, each caught by the checker with its measured error.",
      "runs every pitfall live", "shows the recorded outcomes, or says none exists yet"),
-    ("07_evaluate", "Judge a KernelBench-style solution (ModelNew) like a leaderboard would.",
+    ("07_evaluate_solutions", "Judge a KernelBench-style solution (ModelNew) like a leaderboard would.",
      "evaluates solutions live", "shows what an evaluation reports; the run needs a GPU"),
 )
 
 
 def notebook_map(env: Environment, folder: Path | None = None):
     """Each notebook: what it covers and what it does on this machine (GPU or not), marking
-    those not in ``notebooks/`` yet (a ``workbook.Html`` table)."""
-    from losslab.present.workbook import Html, _table
-
+    those not in ``notebooks/`` yet (an ``Html`` table)."""
     folder = folder or build.ROOT / "notebooks"
     body, plain = [], []
     for name, about, with_gpu, without in NOTEBOOKS:
@@ -132,4 +129,4 @@ def notebook_map(env: Environment, folder: Path | None = None):
         body.append([label, html.escape(about), html.escape(here)])
         plain.append(f"{name}: {about} Here: {here}" + ("" if present else " (not written yet)"))
     head = ["notebook", "what it covers", "on this machine (" + ("GPU: " + env.gpu if env.gpu else "no GPU") + ")"]
-    return Html(_table(head, body, text_columns=3), plain="\n".join(plain))
+    return Html(html_table(head, body, text_columns=3), plain="\n".join(plain))

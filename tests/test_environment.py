@@ -1,0 +1,46 @@
+"""What this machine can do (losslab.teach.environment, notebook 00): the tools found, and a
+notebook map that names the notebooks as they are in notebooks/ and describes them truly."""
+import torch
+
+from losslab import build, problems
+from losslab.teach import environment, exercises
+
+NUMBER_WORDS = {3: "three", 4: "four", 5: "five", 6: "six", 7: "seven"}
+
+
+def test_detect_finds_torch_and_the_gpu_as_torch_sees_them():
+    env = environment.detect()
+    assert env.torch == torch.__version__ and (env.gpu is not None) == torch.cuda.is_available()
+    assert env.can_compile == (env.nvcc is not None and env.cuda_build is not None)
+    assert "CUDA GPU" in environment.table(env).plain
+
+
+def test_ncu_is_found_by_the_measure_package(monkeypatch):
+    monkeypatch.setattr(environment, "find_ncu", lambda: "/opt/nsight/ncu")
+    assert environment.detect().ncu == "/opt/nsight/ncu"
+    assert "/opt/nsight/ncu" in environment.table(environment.detect()).plain
+
+
+def test_every_listed_notebook_exists_under_its_name():
+    folder = build.ROOT / "notebooks"
+    for name, *_ in environment.NOTEBOOKS:
+        assert (folder / f"{name}.ipynb").is_file(), f"{name}.ipynb is listed but not in notebooks/"
+    assert "(not written yet)" not in environment.notebook_map(environment.detect()).plain
+
+
+def test_every_notebook_is_listed():
+    """Every notebook but the start page, which shows this map."""
+    listed = {name for name, *_ in environment.NOTEBOOKS}
+    assert {p.stem for p in (build.ROOT / "notebooks").glob("*.ipynb")} - {"00_start_here"} <= listed
+
+
+def test_a_missing_notebook_is_marked(tmp_path):
+    page = environment.notebook_map(environment.detect(), folder=tmp_path).plain
+    assert page.count("(not written yet)") == len(environment.NOTEBOOKS)
+
+
+def test_descriptions_count_what_exists():
+    about = {name: text for name, text, *_ in environment.NOTEBOOKS}
+    rungs = len(problems.get("kl_div").variants)
+    assert f"{NUMBER_WORDS[rungs]} rungs" in about["01_kl_div"]
+    assert f"{len(exercises.EXERCISES)} graded exercises" in about["05_your_turn"]
