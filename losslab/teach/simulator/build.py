@@ -1,0 +1,189 @@
+"""Compile CUDA sources for the CPU simulator: a source rewrite, then g++ with sanitizers.
+
+``rewrite(text)`` turns each launch ``k<<<grid, block, smem, stream>>>(args)`` into a call of
+``cuda_sim::launch`` and each ``extern __shared__ T name[];`` into a pointer to the launch's
+dynamic shared memory, keeping every newline, so g++'s line numbers are the source's.
+``build(problem, source, label)`` compiles the rewritten source with
+``g++ -x c++ -std=c++17 -include cuda_sim.h -fsanitize=address,undefined -fno-sanitize-recover=all``
+and links it with the simulator, the problem's driver and ``kernels/common/*.cu`` (rewritten
+the same way, compiled once per content and cached under ``$LOSSLAB_CACHE/simulator`` or
+``~/.cache/losslab/simulator``). A compile error raises :class:`CompileError` whose text
+names the source by ``label`` with its own line numbers.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+KERNELS = HERE.parents[2] / "kernels"
+CXX = os.environ.get("CXX_SIM", "g++")
+FLAGS = ("-std=c++17", "-O0", "-g", "-w", "-ffp-contract=off", "-fno-omit-frame-pointer",
+         "-fsanitize=address,undefined", "-fno-sanitize-recover=all")
+# Sources linked into every problem's binary besides the participant's (custom.py links the same).
+EXTRA_SOURCES = {"kl_div": ("common",), "cross_entropy": ("common", "cross_entropy/valid_mean.cu")}
+# The kernel's name before "<<<": qualified, with template arguments nested one level.
+_NAME_BEFORE = re.compile(r"([A-Za-z_]\w*(?:\s*::\s*[A-Za-z_]\w*)*"
+                          r"(?:\s*<[^;{}()<>]*(?:<[^;{}()<>]*>[^;{}()<>]*)*>)?)\s*$")
+_EXTERN_SHARED = re.compile(r"extern\s+__shared__\s+(?:__align__\(\s*\d+\s*\)\s+)?([A-Za-z_][\w:<> ]*?)\s+"
+                            r"(?:__align__\(\s*\d+\s*\)\s+)?([A-Za-z_]\w*)\s*\[\s*\]\s*;")
+
+
+class CompileError(Exception):
+    """g++ rejected the source (or the link failed); the text is g++'s, with the source's lines."""
+
+
+class SimulatorError(Exception):
+    """The simulator itself could not be built or run here (not the participant's fault)."""
+
+
+def _matching_paren(text: str, open_at: int) -> int:
+    depth = 0
+    for i in range(open_at, len(text)):
+        if text[i] == "(":
+            depth += 1
+        elif text[i] == ")":
+            depth -= 1
+            if depth == 0:
+                return i
+    raise CompileError(f"a kernel launch's argument list never closes (from offset {open_at})")
+
+
+def rewrite(text: str) -> str:
+    """The source with launches and dynamic shared memory rewritten for the simulator;
+    every newline is kept. Raises CompileError for a launch it cannot parse."""
+    text = _EXTERN_SHARED.sub(lambda m: f"{m[1]}* {m[2]} = reinterpret_cast<{m[1]}*>(::cuda_sim::dynamic_shared());",
+                              text)
+    out, pos = [], 0
+    while (start := text.find("<<<", pos)) >= 0:
+        name = _NAME_BEFORE.search(text, pos, start)
+        close = text.find(">>>", start)
+        paren = text.find("(", close)
+        if name is None or close < 0 or paren < 0 or text[close + 3:paren].strip():
+            line = text.count("\n", 0, start) + 1
+            raise CompileError(f"line {line}: cannot read this kernel launch (expected name<<<grid, block>>>(args))")
+        end = _matching_paren(text, paren)
+        config, args = text[start + 3:close], text[paren + 1:end]
+        kernel = name[1].strip()
+        label = re.sub(r"\s+", " ", kernel).replace('"', "")
+        out.append(text[pos:name.start(1)])
+        out.append(f'::cuda_sim::launch("{label}", ::cuda_sim::config({config}), {kernel}'
+                   + (f", {args})" if args.strip() else ")"))
+        pos = end + 1
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def cache_root() -> Path:
+    base = os.environ.get("LOSSLAB_CACHE")
+    return (Path(base) if base else Path.home() / ".cache" / "losslab") / "simulator"
+
+
+def _digest(paths) -> str:
+    h = hashlib.sha256()
+    for path in sorted(paths):
+        h.update(str(path).encode())
+        h.update(path.read_bytes())
+    h.update(" ".join((CXX, *FLAGS)).encode())
+    return h.hexdigest()[:16]
+
+
+def _run(cmd: list[str], cwd: Path | None = None) -> subprocess.CompletedProcess:
+    try:
+        # LC_ALL=C: plain ASCII quotes in g++'s messages, which diagnose.py's hints match.
+        return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=120,
+                              env=dict(os.environ, LC_ALL="C"))
+    except FileNotFoundError as err:
+        raise SimulatorError(f"the CPU simulator needs {CXX} (g++ 9 or newer): {err}") from err
+
+
+def _compile(source: Path, obj: Path, include: Path) -> subprocess.CompletedProcess:
+    return _run([CXX, "-x", "c++", *FLAGS, "-include", str(HERE / "cuda_sim.h"), "-I", str(HERE / "include"),
+                 "-I", str(HERE), "-I", str(include), "-c", str(source), "-o", str(obj)])
+
+
+def _atomic_dir(final: Path, fill) -> Path:
+    """Build a cache folder in a temporary sibling and move it into place (parallel callers agree)."""
+    if final.is_dir():
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=final.name + ".tmp"))
+    try:
+        fill(tmp)
+        os.replace(tmp, final)
+    except OSError:
+        if not final.is_dir():
+            raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def _support(problem: str) -> Path:
+    """The cached folder with the rewritten kernels/ tree and the objects every build links."""
+    kernel_files = [p for p in KERNELS.rglob("*") if p.suffix in (".cu", ".cuh", ".h") and p.is_file()]
+    sim_files = [HERE / "cuda_sim.h", HERE / "cuda_sim.cpp", HERE / "driver.h", HERE / "drivers" / f"{problem}.cpp"]
+    final = cache_root() / f"{problem}-{_digest(kernel_files + sim_files)}"
+
+    def fill(tmp: Path) -> None:
+        mirror = tmp / "kernels"
+        for path in kernel_files:
+            target = mirror / path.relative_to(KERNELS)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            text = path.read_text()
+            target.write_text(rewrite(text) if path.suffix in (".cu", ".cuh") else text)
+        objects = [HERE / "cuda_sim.cpp", HERE / "drivers" / f"{problem}.cpp"]
+        for extra in EXTRA_SOURCES.get(problem, ("common",)):
+            found = sorted((mirror / extra).glob("*.cu")) if (mirror / extra).is_dir() else [mirror / extra]
+            objects += found
+        for i, src in enumerate(objects):
+            result = _compile(src, tmp / f"{i:02d}-{src.stem}.o", mirror)
+            if result.returncode != 0:
+                raise SimulatorError(f"the simulator could not compile {src.name}:\n{result.stderr[-3000:]}")
+
+    return _atomic_dir(final, fill)
+
+
+def build(problem: str, source: str, label: str = "source.cu") -> Path:
+    """Compile ``source`` (CUDA C++ text) for ``problem`` and link the simulator's driver:
+    returns the executable's path (cached by content).
+
+    Raises:
+        CompileError: g++ rejected the source or the link failed (text with ``label``'s lines).
+        SimulatorError: g++ is missing, or the simulator's own files do not compile here.
+    """
+    if problem not in EXTRA_SOURCES:
+        raise ValueError(f"problem: the simulator has no driver for {problem!r}; expected one of "
+                         f"{', '.join(EXTRA_SOURCES)}")
+    support = _support(problem)
+    key = hashlib.sha256((label + "\0" + source).encode()).hexdigest()[:16]
+    exe = support / "builds" / key / "sim"
+    if exe.exists():
+        return exe
+    safe_label = re.sub(r'["\\\n]', "_", label)
+
+    def fill(tmp: Path) -> None:
+        src = tmp / "source.cu"
+        src.write_text(f'#line 1 "{safe_label}"\n' + rewrite(source))
+        result = _compile(src, tmp / "source.o", support / "kernels")
+        if result.returncode != 0:
+            raise CompileError(_clean(result.stderr, support))
+        objects = sorted(str(p) for p in support.glob("*.o"))
+        result = _run([CXX, *FLAGS, str(tmp / "source.o"), *objects, "-o", str(tmp / "sim")])
+        if result.returncode != 0:
+            raise CompileError(_clean(result.stderr, support))
+
+    _atomic_dir(exe.parent, fill)
+    return exe
+
+
+def _clean(stderr: str, support: Path) -> str:
+    """g++'s messages with the cache paths replaced by the repository's."""
+    text = stderr.replace(str(support / "kernels"), "kernels").replace(str(HERE) + "/", "simulator/")
+    text = re.sub(r"/tmp/[^\s:]*/(source\.o|sim)", r"\1", text)
+    return text.strip()

@@ -1,0 +1,124 @@
+"""The inputs the simulator runs a problem's launchers on, and their float64 references.
+
+A :class:`Case` holds the inputs as they lie in memory: flat float32 storage with an offset
+in elements from a 16-byte boundary, so a misaligned view is one case among others.
+
+kl_div's cases (``kl_div_cases()``):
+  - ``standard``: random inputs at 3 x 1000, 2 x 37 (odd width), 1 x 1, a view one element
+    past a boundary (3 x 1000, every row misaligned), predictions and targets at different
+    offsets (no float4 fits both), and targets with exact zeros;
+  - ``probe``: one-hot inputs that measure how many times each element reaches its row's
+    sum. Row r has targets 1 everywhere and predictions 1 except exp(-1) at one element, so
+    every term is 0 except that element's, which is 1: ``rows[r]`` is the *weight* of the
+    element (1 when right). ``probe 60 x 256`` (one element per thread of a 256-thread block;
+    every lane of warp 0 and four lanes of each other warp) shows a reduction's structure;
+    ``probe 37 x 37`` (odd width, rows starting at every alignment) shows which of head,
+    float4 packs and tail each element fell in.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class Case:
+    """One run of a problem's launchers: ``B`` x ``D`` inputs stored from ``offset_p`` and
+    ``offset_t`` elements after a 16-byte boundary (``p``, ``t``: the whole float32 storage,
+    offset included); ``grad_loss`` is the backward's upstream gradient; ``kind`` is
+    "standard" or "probe"."""
+
+    name: str
+    B: int
+    D: int
+    p: np.ndarray
+    t: np.ndarray
+    offset_p: int = 0
+    offset_t: int = 0
+    grad_loss: float = 1.0
+    kind: str = "standard"
+    positions: tuple[int, ...] = ()  # a probe's hot element in each row
+
+    @property
+    def predictions(self) -> np.ndarray:
+        """(B, D) float32 view."""
+        return self.p[self.offset_p:].reshape(self.B, self.D)
+
+    @property
+    def targets(self) -> np.ndarray:
+        """(B, D) float32 view."""
+        return self.t[self.offset_t:].reshape(self.B, self.D)
+
+
+def _random(name: str, B: int, D: int, seed: int, offset_p: int = 0, offset_t: int = 0) -> Case:
+    rng = np.random.default_rng(seed)
+    p = rng.uniform(0.05, 1.0, offset_p + B * D).astype(np.float32)
+    t = rng.uniform(0.05, 1.0, offset_t + B * D).astype(np.float32)
+    return Case(name, B, D, p, t, offset_p, offset_t, grad_loss=0.75)
+
+
+# The elements probe_256 measures: every lane of warp 0, and lanes 0, 5, 16 and 31 of the
+# other warps of a 256-thread block (a row per element: all 256 would cost 5x the time).
+PROBE_256 = tuple(range(32)) + tuple(32 * w + lane for w in range(1, 8) for lane in (0, 5, 16, 31))
+
+
+def probe(D: int, positions: tuple[int, ...] | None = None, offset: int = 0) -> Case:
+    """The one-hot probe: one row of width D per element of ``positions`` (default: every
+    element), row r hot at ``positions[r]`` (see the module's docstring)."""
+    positions = tuple(range(D)) if positions is None else positions
+    B = len(positions)
+    p = np.ones(offset + B * D, np.float32)
+    p[offset + np.arange(B) * D + np.asarray(positions)] = np.float32(np.exp(-1.0))
+    t = np.ones(offset + B * D, np.float32)
+    case = Case(f"probe {B} x {D}", B, D, p, t, offset, offset, kind="probe")
+    case.positions = positions
+    return case
+
+
+def kl_div_cases() -> list[Case]:
+    """kl_div's standard cases then its probes (see the module's docstring)."""
+    zeros = _random("targets with exact zeros (3 x 300)", 3, 300, seed=5)
+    zeros.t[::7] = 0.0
+    return [
+        _random("3 x 1000", 3, 1000, seed=0),
+        _random("2 x 37 (odd width)", 2, 37, seed=1),
+        _random("1 x 1", 1, 1, seed=2),
+        _random("misaligned view (3 x 1000, one element past a 16-byte boundary)", 3, 1000, seed=3,
+                offset_p=1, offset_t=1),
+        _random("predictions and targets at different offsets (2 x 300)", 2, 300, seed=4, offset_p=1, offset_t=2),
+        zeros,
+        probe(256, PROBE_256),
+        probe(37),
+    ]
+
+
+def kl_div_reference(case: Case) -> dict[str, np.ndarray]:
+    """float64 ``rows`` (B,), ``loss`` (1,) = sum / B and ``grad`` (B*D,) = dL/dp for
+    ``case.grad_loss``, with torch.kl_div's conventions (a zero target contributes 0)."""
+    p = case.predictions.astype(np.float64)
+    t = case.targets.astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t_log_t = np.where(t == 0, 0.0, t * np.log(np.where(t == 0, 1.0, t)))
+        terms = t_log_t - t * np.log(p)
+        grad = -t * (case.grad_loss / case.B) / p
+    rows = terms.sum(axis=1)
+    return {"rows": rows, "loss": np.array([rows.sum() / case.B]), "grad": grad.reshape(-1)}
+
+
+def row_roles(case: Case) -> np.ndarray:
+    """(B, D) int: for the vectorize exercise's split of each row, 0 where an element is in
+    the head (before the first 16-byte boundary, or the whole row when predictions and
+    targets sit at different offsets), 1 in a float4 pack, 2 in the scalar tail."""
+    roles = np.zeros((case.B, case.D), np.int8)
+    for r in range(case.B):
+        start_p, start_t = case.offset_p + r * case.D, case.offset_t + r * case.D
+        head_p, head_t = (4 - start_p % 4) % 4, (4 - start_t % 4) % 4
+        head = min(case.D, head_p) if head_p == head_t else case.D
+        packs = (case.D - head) // 4
+        roles[r, head:head + 4 * packs] = 1
+        roles[r, head + 4 * packs:] = 2
+    return roles
+
+
+PROBLEMS = {"kl_div": (kl_div_cases, kl_div_reference)}

@@ -1,0 +1,297 @@
+"""Turn a simulated run into specific feedback: what is wrong and where, without a GPU.
+
+    from losslab.teach.simulator import diagnose
+    grade = diagnose.grade_on_cpu("warp_shuffle", source)   # source: text or path; None: the skeleton
+    grade.passed, grade.messages
+
+The messages come from the simulated numbers on designed inputs (``cases``): the ratio of
+the loss to the float64 reference (each thread summing the whole row gives blockDim x),
+and the one-hot probes, which give each element's *weight* in its row's sum (how many
+times it arrived): a weight pattern over a warp's lanes names the missing shuffle offsets,
+one over a row's head, float4 packs and tail names the part that is broken. Faults come
+from the simulator (misaligned float4 loads, out-of-bounds accesses, barrier or shuffle
+divergence, time limit) with the row, thread and line; compile errors get hints for
+common slips. A source that passes is also run with each block's threads in reverse
+order: a loss that changes is a race.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from losslab.teach.simulator import build
+from losslab.teach.simulator import cases as case_lib
+from losslab.teach.simulator import run as run_lib
+
+EXERCISES_ROOT = build.HERE.parents[2] / "exercises"
+PROBLEM_OF = {"coalesce": "kl_div", "warp_shuffle": "kl_div", "vectorize": "kl_div"}
+RTOL, ATOL = 1e-4, 1e-5
+_HINTS = (
+    (re.compile(r"'__shfl(_xor|_down|_up|)' was not declared"),
+     lambda m: f"did you mean __shfl{m[1]}_sync (CUDA 9+ needs the mask)? e.g. "
+               f"__shfl{m[1]}_sync(0xffffffff, value, {'lane' if not m[1] else 'offset'})"),
+    (re.compile(r"'__(ballot|any|all)' was not declared"),
+     lambda m: f"did you mean __{m[1]}_sync (CUDA 9+ needs the mask)? e.g. __{m[1]}_sync(0xffffffff, predicate)"),
+    (re.compile(r"'(__\w+|cub|cooperative_groups)' (?:was not declared|has not been declared|is not a member)"),
+     lambda m: f"the CPU simulator does not provide {m[1]}: where nvcc accepts it, grade on a GPU"),
+    (re.compile(r"expected '[;,)]' before"), lambda m: "a missing ';', ',' or ')' at the end of the line before?"),
+    (re.compile(r"'(\w+)' was not declared in this scope"),
+     lambda m: f"'{m[1]}' is not defined: a typo, or a name from another scope (THREADS, D, head, packs...)?"),
+)
+
+
+@dataclass
+class CpuGrade:
+    """A grade from the CPU simulator: ``passed`` and the lines to show, most specific first."""
+
+    key: str
+    passed: bool
+    messages: list[str] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        head = f"{self.key}: {'GREEN on the CPU simulator' if self.passed else 'RED on the CPU simulator'}"
+        return "\n".join([head, *("  " + m for m in self.messages)])
+
+
+def compile_hints(error: str) -> list[str]:
+    """Hints for the compile errors in ``error`` (g++'s text): at most one for an undeclared
+    name (the most specific), plus one per other slip."""
+    hints, named = [], False
+    for pattern, hint in _HINTS:
+        about_name = "declared" in pattern.pattern
+        if about_name and named:
+            continue
+        if (m := pattern.search(error)) is not None:
+            hints.append(hint(m))
+            named = named or about_name
+    return hints
+
+
+def _failure_message(result: run_lib.CaseResult, time_limit: float) -> str:
+    f = result.failure
+    where = f" (case {result.case.name}"
+    if f.block is not None:
+        where += f"; row {f.block[0]}, thread {f.thread[0]}"
+    where += f"; {f.file} line {f.line})" if f.line else ")"
+    if f.kind == "misaligned":
+        return (f"misaligned 16-byte load at row {f.block[0] if f.block else '?'}: peel the head first (the "
+                f"elements before the first 16-byte boundary, one float each), then load float4s from p + head"
+                + where)
+    if f.kind == "out_of_bounds":
+        side = (f"{f.elements} element(s) past the end of {f.buffer}" if (f.elements or 0) > 0
+                else f"{-(f.elements or 0)} element(s) before the start of {f.buffer}")
+        return f"out-of-bounds {f.access or 'access'}: {side}; a loop bound runs past the row" + where
+    if f.kind == "timeout":
+        return (f"no result within {time_limit:g} s: a loop that never ends (a step of 0, a bound that "
+                f"never becomes false?)" + where)
+    if f.kind == "segv":
+        return "the run crashed (invalid address or stack overflow)" + where
+    return f"{f.message}" + where
+
+
+def _close(got, want) -> bool:
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    if got.shape != want.shape:
+        return False
+    both_inf = np.isinf(want) & (got == want)
+    ok = np.isclose(got, want, rtol=RTOL, atol=ATOL * max(1.0, float(np.nanmax(np.abs(want), initial=0.0))),
+                    equal_nan=True)
+    return bool(np.all(ok | both_inf))
+
+
+def _wrong(result: run_lib.CaseResult, reference) -> bool:
+    return not (_close([result.loss], reference["loss"]) and _close(result.rows, reference["rows"]))
+
+
+def _weights(result: run_lib.CaseResult) -> np.ndarray | None:
+    if not result.finished:
+        return None
+    return np.round(result.rows.astype(np.float64), 2)
+
+
+def _lane_message(weights: dict[int, float], key: str) -> str | None:
+    """A message for a weight pattern over warp 0's lanes (probe 60 x 256), or None."""
+    lanes = np.array([weights.get(lane, np.nan) for lane in range(32)])
+    if np.isnan(lanes).any():
+        return None
+    if np.all(lanes == 0):
+        return None
+    if lanes[0] == 1 and np.all(lanes[1:] == 0):
+        return ("only thread 0's own value reaches the loss: no other lane's value is added "
+                + ("(warp_sum returns its input unchanged: add __shfl_xor_sync(FULL_WARP, value, offset) "
+                   "for offsets 16, 8, 4, 2, 1)" if key == "warp_shuffle" else "(the reduction adds nothing)"))
+    ones = lanes == 1
+    if not np.all(ones | (lanes == 0)):
+        return None
+    reached = {lane for lane in range(32) if ones[lane]}
+    for missing in range(1, 32):
+        if reached == {lane for lane in range(32) if lane & missing == 0}:
+            offsets = [o for o in (16, 8, 4, 2, 1) if missing & o]
+            if offsets == [16]:
+                return ("only half of each warp's values reach lane 0: the offsets must run 16, 8, 4, 2, 1 "
+                        "(offset 16 is missing)")
+            return (f"lanes {sorted(set(range(32)) - reached)[:6]}... of each warp never reach lane 0: offset(s) "
+                    f"{', '.join(map(str, offsets))} missing; the offsets must run 16, 8, 4, 2, 1")
+    return None
+
+
+def _probe_messages(outcome: run_lib.Outcome, key: str, block_threads: int) -> list[str]:
+    messages = []
+    for result in outcome.results:
+        case = result.case
+        w = _weights(result)
+        if case.kind != "probe" or w is None or np.all(w == 1):
+            continue
+        by_position = dict(zip(case.positions, w, strict=True))
+        if np.all(w == 0) and all(r.loss == 0 for r in outcome.results if r.case.kind == "standard" and r.finished):
+            messages.append(_zero_message(key))
+        elif np.all(w == 0):
+            if key != "vectorize":  # there the 37 x 37 probe says which part of the row is missing
+                messages.append(f"no element of a {case.D}-wide row reaches the loss")
+        elif np.all(w == w[0]) and w[0] == block_threads:
+            messages.append(f"every element is added {block_threads} times: each thread sums the whole row")
+        elif np.all(w == w[0]):
+            messages.append(f"every element is added {w[0]:g} times instead of once")
+        elif case.D == 256 and (lane := _lane_message(by_position, key)):
+            messages.append(lane)
+        elif case.D != 256 and key == "vectorize":
+            messages += _role_messages(case, w, block_threads)
+    return list(dict.fromkeys(messages))
+
+
+def _zero_message(key: str) -> str:
+    if key == "warp_shuffle":
+        return ("the loss is 0 for every input: lane 0 holds only one lane's value, nothing is summed "
+                "(value = __shfl_xor_sync(...) replaces the value): a shuffle result must be added")
+    if key == "coalesce":
+        return "the loss is 0 for every input: no element is added (the loop over the row is missing)"
+    return "the loss is 0 for every input: no element reaches it"
+
+
+def _role_messages(case: case_lib.Case, w: np.ndarray, block_threads: int) -> list[str]:
+    """Messages for the probe 37 x 37: which of head, float4 packs and tail is wrong."""
+    roles = case_lib.row_roles(case)[np.arange(case.B), np.asarray(case.positions)]
+    messages = []
+    names = {0: "the head (before the first 16-byte boundary)", 1: "the float4 packs", 2: "the scalar tail"}
+    for role, name in names.items():
+        bad = w[(roles == role) & (w != 1)]
+        if bad.size == 0:
+            continue
+        if role == 2 and np.all(bad == 0):
+            messages.append("wrong values on odd widths: the scalar tail misses the last D % 4 elements "
+                            "(those after head + 4 * packs, one float each)")
+        elif role == 2 and np.all(bad == block_threads):
+            messages.append(f"wrong values on odd widths: every thread adds the whole tail ({block_threads} "
+                            f"times each): share it like the head loop (start at threadIdx.x, step THREADS)")
+        elif np.all(bad == 0):
+            messages.append(f"the elements in {name} never reach the loss")
+        else:
+            messages.append(f"the elements in {name} are added {', '.join(f'{x:g}' for x in sorted(set(bad)))} "
+                            f"times instead of once")
+    return messages
+
+
+def _ratio_message(outcome: run_lib.Outcome, references, block_threads: int) -> str | None:
+    ratios = [r.loss / ref["loss"][0] for r, ref in zip(outcome.results, references, strict=True)
+              if r.case.kind == "standard" and r.finished and ref["loss"][0] > 0 and np.isfinite(ref["loss"][0])]
+    if ratios and block_threads > 1 and all(abs(x / block_threads - 1) < 0.01 for x in ratios):
+        return (f"the loss is {block_threads}x too large: each thread sums the whole row (thread k must start at "
+                f"element k and step by blockDim.x = {block_threads})")
+    return None
+
+
+def _race_message(outcome: run_lib.Outcome, source: str, problem: str, label: str) -> str | None:
+    standard = [r for r in outcome.results if r.case.kind == "standard" and r.finished]
+    again = run_lib.run(source, problem, [r.case for r in standard], label=label, order="reverse")
+    for first, second in zip(standard, again.results, strict=True):
+        if second.finished and not _close([second.loss], [first.loss]):
+            return (f"the loss changes with the order the threads run ({first.loss:.6g} vs {second.loss:.6g} on "
+                    f"{first.case.name}): a race. A thread reads shared memory another thread has not written "
+                    f"yet: a missing __syncthreads()?")
+    return None
+
+
+def _value_messages(outcome, references, key, source, problem) -> list[str]:
+    launches = [x for x in outcome.launches if x["kernel"] != "sum_partials_kernel"]
+    block_threads = int(np.prod(launches[0]["block"])) if launches else 0
+    wrong = [(r, ref) for r, ref in zip(outcome.results, references, strict=True) if r.finished and _wrong(r, ref)]
+    if not wrong:
+        return []
+    messages = [m for m in (_ratio_message(outcome, references, block_threads),) if m]
+    messages += [m for m in _probe_messages(outcome, key, block_threads) if not messages or "whole row" not in m]
+    race = _race_message(outcome, source, problem, outcome.label)
+    if race:
+        messages.append(race)
+    if not messages:
+        r, ref = wrong[0]
+        messages.append(f"wrong loss on {r.case.name}: {r.loss:.6g} instead of {ref['loss'][0]:.6g}")
+    return messages
+
+
+def _backward_messages(outcome: run_lib.Outcome, references) -> list[str]:
+    for r, ref in zip(outcome.results, references, strict=True):
+        if r.finished and r.grad is not None and not _close(r.grad, ref["grad"]):
+            bad = int(np.argmax(~np.isclose(r.grad, ref["grad"], rtol=RTOL, atol=ATOL)))
+            return [f"wrong gradient on {r.case.name}: element {bad} is {r.grad[bad]:.6g} instead of "
+                    f"{ref['grad'][bad]:.6g}"]
+    return []
+
+
+def _notes(key: str, source: str) -> list[str]:
+    if key == "warp_shuffle" and "__shfl_down_sync" in source:
+        return ["__shfl_down_sync is fine here: block_sum uses only lane 0's result, which SHFL.DOWN leaves "
+                "complete (the machine-code check looks for SHFL.BFLY, the butterfly that leaves the sum in "
+                "every lane; with SHFL.DOWN the other lanes hold partial sums)"]
+    return []
+
+
+def grade_on_cpu(key: str, source: str | Path | None = None, *, time_limit: float = 10.0) -> CpuGrade:
+    """Grade exercise ``key`` on the CPU simulator: ``source`` is CUDA text or a path
+    (None: the skeleton file as it is now). Returns ``CpuGrade(key, passed, messages)``.
+
+    Never raises for a wrong source. Raises:
+        ValueError: an exercise the simulator does not know.
+        build.SimulatorError: g++ is missing or the simulator does not build here.
+    """
+    if key not in PROBLEM_OF:
+        raise ValueError(f"exercise: the CPU simulator grades {', '.join(PROBLEM_OF)}, got {key!r}")
+    problem = PROBLEM_OF[key]
+    if source is None:
+        source = EXERCISES_ROOT / problem / f"{key}.cu"
+    text, label = run_lib.source_text(source, f"{key}.cu")
+    outcome = run_lib.run(text, problem, label=label, time_limit=time_limit)
+    if not outcome.compiled:
+        lines = outcome.compile_error.splitlines()
+        hints = compile_hints(outcome.compile_error)
+        errors = [line for line in lines if "error" in line][:6] or lines[:6]
+        if hints:  # g++'s own guess for a CUDA name is unrelated ('__shfl_xor' -> '__floor')
+            errors = [re.sub(r"; did you mean '[^']*'\?", "", line) for line in errors]
+        return CpuGrade(key, False, ["does not compile:", *errors, *("hint: " + h for h in hints)])
+    references = [case_lib.PROBLEMS[problem][1](r.case) for r in outcome.results]
+    messages = []
+    seen = set()
+    for r in outcome.results:
+        if r.failure is not None and r.failure.kind not in seen:
+            seen.add(r.failure.kind)
+            messages.append(_failure_message(r, time_limit))
+        if r.failure is not None and r.failure.kind == "timeout":
+            break
+        if r.forward_status not in (None, 0) and "launch_error" not in seen:
+            seen.add("launch_error")
+            messages.append(f"the forward returned cudaError {r.forward_status} on {r.case.name} (a launch "
+                            f"configuration the GPU refuses: more than 1024 threads a block, or 0 blocks?)")
+    messages += _value_messages(outcome, references, key, text, problem)
+    messages += _backward_messages(outcome, references)
+    if "FILL ME IN" in text and messages:
+        messages.append("the FILL ME IN in the source is still to do")
+    if not messages and (race := _race_message(outcome, text, problem, label)):
+        messages.append(race)
+    passed = not messages
+    if passed:
+        messages = [f"all {len(outcome.results)} simulated cases match the float64 reference (forward"
+                    f"{' and backward' if any(r.grad is not None for r in outcome.results) else ''})",
+                    *_notes(key, text)]
+    return CpuGrade(key, passed, messages)

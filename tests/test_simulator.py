@@ -1,0 +1,208 @@
+"""The CPU simulator (losslab.teach.simulator): solutions pass, skeletons and each wrong answer
+in tests/simulator_cases/ get their specific message, and the simulator's own checks
+(barriers, shuffle masks, alignment, bounds, time limit) report what they should.
+cpu tier: needs g++ with the sanitizers, no GPU."""
+import functools
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from losslab.teach.simulator import build, cases, diagnose, run
+
+ROOT = Path(__file__).resolve().parents[1]
+CASES = ROOT / "tests" / "simulator_cases"
+SOLUTIONS = ROOT / "exercises" / "solutions" / "kl_div"
+
+
+def _gxx_with_sanitizers() -> bool:
+    if shutil.which(build.CXX) is None:
+        return False
+    probe = subprocess.run([build.CXX, "-x", "c++", "-fsanitize=address,undefined", "-o", "/dev/null", "-"],
+                           input="int main() { return 0; }", text=True, capture_output=True)
+    return probe.returncode == 0
+
+
+pytestmark = pytest.mark.skipif(not _gxx_with_sanitizers(),
+                                reason="simulator tests skipped: g++ with -fsanitize=address,undefined is missing")
+
+
+@functools.cache
+def grade(key: str, path: Path | None) -> diagnose.CpuGrade:
+    return diagnose.grade_on_cpu(key, path)
+
+
+def joined(g: diagnose.CpuGrade) -> str:
+    return "\n".join(g.messages)
+
+
+# ---- the source rewrite -------------------------------------------------------------------
+
+def test_rewrite_turns_launches_into_calls_and_keeps_every_line():
+    text = ("k<<<B, 256, 0, s>>>(p, t,\n   n);\n"
+            "ns::run<float, 4><<<dim3(2, 3), THREADS>>>();\n"
+            "extern __shared__ float smem[];\n")
+    out = build.rewrite(text)
+    assert out.count("\n") == text.count("\n")
+    assert '::cuda_sim::launch("k", ::cuda_sim::config(B, 256, 0, s), k, p, t,\n   n);' in out
+    assert '::cuda_sim::launch("ns::run<float, 4>", ::cuda_sim::config(dim3(2, 3), THREADS), ns::run<float, 4>)' in out
+    assert "float* smem = reinterpret_cast<float*>(::cuda_sim::dynamic_shared());" in out
+
+
+def test_rewrite_refuses_a_launch_without_arguments():
+    with pytest.raises(build.CompileError, match="line 2"):
+        build.rewrite("int x;\nk<<<1, 32>>>;\n")
+
+
+# ---- solutions, skeletons, wrong answers ----------------------------------------------------
+
+@pytest.mark.parametrize("key", ["coalesce", "warp_shuffle", "vectorize"])
+def test_solution_passes(key):
+    g = grade(key, SOLUTIONS / f"{key}.cu")
+    assert g.passed, joined(g)
+
+
+def test_solution_outputs_match_the_float64_reference():
+    outcome = run.run(SOLUTIONS / "vectorize.cu")
+    assert outcome.compiled and not outcome.failures
+    for r in outcome.results:
+        ref = cases.kl_div_reference(r.case)
+        np.testing.assert_allclose(r.rows, ref["rows"], rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(r.loss, ref["loss"][0], rtol=1e-4)
+    assert [x["block"] for x in outcome.launches[:2]] == [[256, 1, 1], [1024, 1, 1]]
+
+
+@pytest.mark.parametrize("key, expected", [
+    ("coalesce", "the loss is 0 for every input: no element is added"),
+    ("warp_shuffle", "only thread 0's own value reaches the loss"),
+    ("vectorize", "the elements in the float4 packs never reach the loss"),
+])
+def test_untouched_skeleton_fails_with_a_clear_message(key, expected):
+    g = grade(key, None)
+    assert not g.passed
+    assert expected in joined(g)
+    assert "FILL ME IN" in joined(g)
+
+
+WRONG = [
+    ("coalesce", "coalesce_whole_row.cu",
+     "the loss is 256x too large: each thread sums the whole row"),
+    ("coalesce", "coalesce_missing_barrier.cu",
+     "the loss changes with the order the threads run"),
+    ("warp_shuffle", "warp_shuffle_assign.cu",
+     "lane 0 holds only one lane's value, nothing is summed (value = __shfl_xor_sync(...) replaces the value): "
+     "a shuffle result must be added"),
+    ("warp_shuffle", "warp_shuffle_no16.cu",
+     "only half of each warp's values reach lane 0: the offsets must run 16, 8, 4, 2, 1"),
+    ("warp_shuffle", "warp_shuffle_divergent.cu",
+     "lanes 0x0000ffff wait at __shfl_xor_sync (line 13) with mask 0xffffffff, but lane 16 waits at __syncthreads"),
+    ("warp_shuffle", "warp_shuffle_no_sync.cu",
+     "hint: did you mean __shfl_xor_sync (CUDA 9+ needs the mask)?"),
+    ("vectorize", "vectorize_no_head.cu",
+     "misaligned 16-byte load at row 1: peel the head first"),
+    ("vectorize", "vectorize_no_tail.cu",
+     "wrong values on odd widths: the scalar tail misses the last D % 4 elements"),
+    ("vectorize", "vectorize_tail_every_thread.cu",
+     "wrong values on odd widths: every thread adds the whole tail (256 times each)"),
+    ("vectorize", "vectorize_tail_overrun.cu",
+     "out-of-bounds read: 1 element(s) past the end of targets"),
+]
+
+
+@pytest.mark.parametrize("key, name, expected", WRONG, ids=[w[1] for w in WRONG])
+def test_wrong_answer_gets_its_specific_message(key, name, expected):
+    g = grade(key, CASES / name)
+    assert not g.passed
+    assert expected in g.messages[0] or expected in joined(g), joined(g)
+
+
+def test_an_endless_loop_is_stopped_by_the_time_limit():
+    g = diagnose.grade_on_cpu("coalesce", CASES / "coalesce_endless.cu", time_limit=2)
+    assert not g.passed
+    assert g.messages[0].startswith("no result within 2 s: a loop that never ends")
+    assert "row 0, thread 0; coalesce_endless.cu line" in g.messages[0]
+
+
+def test_shfl_down_passes_with_a_note_on_its_opcode():
+    g = grade("warp_shuffle", CASES / "warp_shuffle_down.cu")
+    assert g.passed, joined(g)
+    assert "SHFL.DOWN" in joined(g) and "lane 0's result" in joined(g)
+
+
+def test_misaligned_load_is_a_structured_failure_with_row_and_line():
+    case = cases.kl_div_cases()[1]  # 2 x 37: row 1 starts 148 bytes in
+    outcome = run.run(CASES / "vectorize_no_head.cu", case_list=[case])
+    f = outcome.results[0].failure
+    assert f.kind == "misaligned" and f.block == (1, 0, 0) and f.line == 27
+    assert f.file == "vectorize_no_head.cu" and "float4" in f.message
+
+
+def test_compile_error_keeps_the_source_s_line_numbers():
+    outcome = run.run(CASES / "warp_shuffle_no_sync.cu")
+    assert not outcome.compiled
+    assert "warp_shuffle_no_sync.cu:13:" in outcome.compile_error
+
+
+# ---- the simulator's own checks, on small kernels --------------------------------------------
+
+def launcher(kernel: str, launch: str = "k<<<B, 64, 0, stream>>>(row_partials, B);") -> str:
+    """A kl_div custom forward that launches ``kernel`` (named k) and writes loss = 1."""
+    return ('#include "kl_div/launchers.h"\n' + kernel +
+            "\ncudaError_t kl_div_custom_forward(const void*, const void*, float* row_partials, float* loss, void*,"
+            " int64_t B, int64_t D, DType, cudaStream_t stream) {\n"
+            f"    {launch}\n    *loss = 1.0f;\n    return cudaGetLastError();\n}}\n")
+
+
+def run_small(source: str):
+    return run.run(source, case_list=[cases.kl_div_cases()[2]], label="small.cu", time_limit=5)
+
+
+def test_syncthreads_orders_shared_memory_between_threads():
+    # thread 63 writes, thread 0 reads after the barrier: forward order runs thread 0 first
+    kernel = ("__global__ void k(float* out, int64_t B) {\n  __shared__ float s[64];\n"
+              "  s[threadIdx.x] = float(threadIdx.x);\n  __syncthreads();\n"
+              "  if (threadIdx.x == 0) out[blockIdx.x] = s[63];\n}\n")
+    outcome = run_small(launcher(kernel))
+    assert outcome.results[0].failure is None
+    assert outcome.results[0].rows.tolist() == [63.0]
+
+
+def test_barriers_on_different_lines_are_divergence():
+    kernel = ("__global__ void k(float* out, int64_t B) {\n"
+              "  if (threadIdx.x < 32) { __syncthreads(); }\n  else { __syncthreads(); }\n"
+              "  out[blockIdx.x] = 0.0f;\n}\n")
+    f = run_small(launcher(kernel)).results[0].failure
+    assert f.kind == "barrier_divergence" and f.line == 4 and "line 3" in f.message
+
+
+def test_shuffle_checks_its_mask():
+    kernel = ("__global__ void k(float* out, int64_t B) {\n"
+              "  float v = __shfl_xor_sync(0x0000ffffu, 1.0f, 1);\n  out[blockIdx.x] = v;\n}\n")
+    f = run_small(launcher(kernel)).results[0].failure
+    assert f.kind == "shuffle_mask" and "leaves the lane out" in f.message and f.thread == (16, 0, 0)
+
+
+def test_shuffles_exchange_lanes_like_the_gpu():
+    kernel = ("__global__ void k(float* out, int64_t B) {\n  float lane = float(threadIdx.x % 32);\n"
+              "  float x = __shfl_xor_sync(0xffffffffu, lane, 5), d = __shfl_down_sync(0xffffffffu, lane, 30);\n"
+              "  float u = __shfl_up_sync(0xffffffffu, lane, 3), i = __shfl_sync(0xffffffffu, lane, 7, 8);\n"
+              "  unsigned b = __ballot_sync(0xffffffffu, threadIdx.x % 2);\n"
+              "  if (threadIdx.x == 33) out[0] = x * 1e6f + d * 1e4f + u * 1e2f + i + (b == 0xaaaaaaaau ? 0.5f : 0);\n"
+              "}\n")
+    rows = run_small(launcher(kernel)).results[0].rows
+    # lane 1: xor 5 -> lane 4; down 30 -> lane 31; up 3 -> itself (1); width 8, lane 7 -> 7
+    assert rows.tolist() == [np.float32(4e6 + 31e4 + 1e2 + 7 + 0.5)]
+
+
+def test_an_impossible_launch_returns_the_gpu_s_error():
+    outcome = run_small(launcher("__global__ void k(float* out, int64_t B) { out[0] = 0.0f; }\n",
+                                 "k<<<B, 2048, 0, stream>>>(row_partials, B);"))
+    assert outcome.results[0].forward_status == 9  # cudaErrorInvalidConfiguration
+
+
+def test_out_of_bounds_names_the_buffer():
+    kernel = "__global__ void k(float* out, int64_t B) { if (threadIdx.x == 0) out[B + 2] = 0.0f; }\n"
+    f = run_small(launcher(kernel)).results[0].failure
+    assert (f.kind, f.buffer, f.elements, f.access) == ("out_of_bounds", "row_partials", 3, "write")
