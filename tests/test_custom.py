@@ -3,7 +3,7 @@ the cell magic, evaluation.
 
 cpu tier: the contract read from launchers.h (the parser on a written declaration, the
 problems' stages and linked files), nvcc diagnostics in the user's lines, build folders and
-the generated binding, a variant object through the shipped autograd glue and the checker
+the generated binding, a variant object through its autograd and the checker
 (a right and a wrong hand-written KL on the CPU). compile tier: real nvcc errors, the
 displayed signature compiles as the contract and a changed one does not, full builds of
 both problems. gpu tier: custom variants pass the checker in a child process and join the
@@ -120,6 +120,14 @@ def test_cross_entropy_stages_are_bound_and_linked():
     assert not custom.contract("kl_div").stages
 
 
+def test_the_default_backward_is_the_highest_rung_that_keeps_the_forwards_tensors():
+    for problem in problems.names():
+        rung = problems.get(problem).rung(custom.default_backward(problem))
+        assert not rung.writes_grad_in_forward
+        later = problems.get(problem).variants[problems.get(problem).variants.index(rung.name) + 1:]
+        assert all(problems.get(problem).rung(r).writes_grad_in_forward for r in later)
+
+
 def test_signature_shows_every_parameter_and_the_optional_backward():
     text = custom.signature("cross_entropy")
     assert "cudaError_t cross_entropy_custom_forward(const void* logits," in text and "optional" in text
@@ -211,7 +219,7 @@ class HandKL(custom.PythonVariant):
         return grad if out is None else out.copy_(grad)
 
 
-def test_a_variant_object_passes_the_checker_through_the_shipped_autograd_glue():
+def test_a_variant_object_passes_the_checker_through_its_autograd():
     inputs = problems.get("kl_div").make_inputs((8, 300), seed=0, device="cpu")
     forward, backward = check_inputs("kl_div", HandKL(), inputs, "cpu")
     assert forward.variant == "hand_B" and forward.passed and backward.passed, (forward, backward)
@@ -291,7 +299,7 @@ def test_custom_variants_build_with_their_launchers_and_stages(tmp_path):
     assert again.compiled.folder == variant.compiled.folder
     source = (build.ROOT / "pitfalls" / "cross_entropy" / "int32_targets.cu").read_text()
     entropy = custom.compile_variant("cross_entropy", "int32_targets", source, root=tmp_path)
-    assert entropy.backward_from == custom.DEFAULT_BACKWARD and callable(entropy.module.count_targets)
+    assert entropy.backward_from == custom.default_backward("cross_entropy") and callable(entropy.module.count_targets)
     assert not hasattr(entropy.module, "custom_backward")
 
 

@@ -37,7 +37,7 @@ In Jupyter, ``%load_ext losslab.teach.custom`` adds the cell magic
 
 Modules: ``contract`` (the launcher declarations, read from launchers.h), ``diagnostics``
 (nvcc's errors in your line numbers), ``building`` (nvcc check, binding, extension build,
-cache), ``variant`` (variant objects, through ``losslab.ops`` and the problem's host code),
+cache), ``variant`` (variant objects and their autograd, through the problem's host code),
 ``evaluation`` (checks and bench in a child process), ``magic`` (the cell magic).
 """
 from losslab.teach.custom.building import (
@@ -57,9 +57,9 @@ from losslab.teach.custom.diagnostics import (
 from losslab.teach.custom.evaluation import CheckRun, check, evaluate
 from losslab.teach.custom.launchers import Contract, Launcher, Param, contract, signature
 from losslab.teach.custom.magic import load_ipython_extension
-from losslab.teach.custom.variant import DEFAULT_BACKWARD, CustomVariant, PythonVariant, compile_variant
+from losslab.teach.custom.variant import CustomVariant, PythonVariant, compile_variant, default_backward
 
 __all__ = ["CheckRun", "CompileMessage", "CompiledSource", "Contract", "CustomCompileError", "CustomVariant",
-           "DEFAULT_BACKWARD", "Launcher", "Param", "PythonVariant", "build_dir", "cache_root", "check", "check_source",
-           "compile_variant", "contract", "defines_backward", "evaluate", "format_diagnostics",
+           "Launcher", "Param", "PythonVariant", "build_dir", "cache_root", "check", "check_source",
+           "compile_variant", "contract", "default_backward", "defines_backward", "evaluate", "format_diagnostics",
            "load_ipython_extension", "parse_diagnostics", "signature", "source_hash"]

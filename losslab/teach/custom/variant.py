@@ -1,12 +1,11 @@
 """Variant objects: callable like the reference, differentiable, accepted by the checker and
 the bench wherever they take a rung's name.
 
-A :class:`PythonVariant` runs through ``losslab.ops.LossFunction``, the autograd glue of the
-shipped rungs, presented as the one rung of a problem (:class:`_AsProblem`). A
-:class:`CustomVariant` is one compiled from the user's CUDA source; its launchers run
-through the problem's own host code (the module-level ``forward``/``backward`` of
-``losslab.problems.<problem>``, one for every rung, which launch through
-``losslab.problems.launch``), exactly as a shipped rung's do.
+A :class:`PythonVariant` is defined by its two launch methods (the protocol ``measure.check``
+and ``measure.bench`` accept beside a rung's name); a :class:`CustomVariant` is one compiled
+from the user's CUDA source, whose launchers run through the problem's own host code (the
+module-level ``forward``/``backward`` of ``losslab.problems.<problem>``, one for every rung,
+which launch through ``losslab.problems.launch``), exactly as a shipped rung's do.
 """
 from __future__ import annotations
 
@@ -17,11 +16,14 @@ from pathlib import Path
 import torch
 
 from losslab import problems
-from losslab.ops import LossFunction
-from losslab.problems import Rung
 from losslab.teach.custom.building import CompiledSource, build_module, check_source
 
-DEFAULT_BACKWARD = "warp_shuffle"  # a shipped rung of every problem that keeps what a custom forward keeps
+
+def default_backward(problem: str) -> str:
+    """The shipped rung whose backward runs after a custom forward without its own: the highest
+    rung of the ladder that does not write its gradient in the forward (its backward reads what
+    every such forward keeps, as a custom forward does)."""
+    return next(r.name for r in reversed(problems.get(problem).rungs) if not r.writes_grad_in_forward)
 
 
 def _host(problem: str):
@@ -30,22 +32,22 @@ def _host(problem: str):
     return importlib.import_module(type(problems.get(problem)).__module__)
 
 
-class _AsProblem:
-    """A variant object seen by ``losslab.ops.LossFunction`` as a problem whose rungs it runs."""
+class _VariantFunction(torch.autograd.Function):
+    """The autograd of a variant object: its ``launch_forward`` and ``launch_backward``. (The
+    shipped rungs are ``torch.library`` operators with their own autograd, in ``losslab.ops``;
+    a variant object is Python around launchers, so it needs this small Function.)"""
 
-    def __init__(self, variant: PythonVariant):
-        self.variant, self.name = variant, variant.problem
+    @staticmethod
+    def forward(ctx, variant, *inputs):
+        loss, saved = variant.launch_forward(inputs)
+        ctx.save_for_backward(*saved)
+        ctx.variant, ctx.num_inputs = variant, len(inputs)
+        return loss
 
-    def rung(self, name: str) -> Rung:
-        """Its row of a rung table: it takes the variant's dtypes and never writes its gradient
-        in the forward (so its backward may run more than once per forward)."""
-        return Rung(name, dtypes=self.variant.dtypes)
-
-    def launch_forward(self, _rung, inputs, out=None, needs_grad=False, grad_out=None):
-        return self.variant.launch_forward(inputs, out=out, needs_grad=needs_grad, grad_out=grad_out)
-
-    def launch_backward(self, _rung, saved, grad_loss, out=None):
-        return self.variant.launch_backward(saved, grad_loss, out=out)
+    @staticmethod
+    def backward(ctx, grad_loss):
+        grad = ctx.variant.launch_backward(ctx.saved_tensors, grad_loss) if ctx.needs_input_grad[1] else None
+        return (None, grad) + (None,) * (ctx.num_inputs - 1)
 
 
 class PythonVariant:
@@ -70,8 +72,7 @@ class PythonVariant:
         if inputs[0].dtype not in self.dtypes:
             raise TypeError(f"predictions: {self.problem} {self.name} takes dtype "
                             f"{', '.join(map(str, self.dtypes))}, got {inputs[0].dtype}")
-        needs_grad = torch.is_grad_enabled() and inputs[0].requires_grad
-        return LossFunction.apply(_AsProblem(self), self.name, needs_grad, *inputs)
+        return _VariantFunction.apply(self, *inputs)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.problem} {self.name!r}>"
@@ -137,5 +138,5 @@ def compile_variant(problem: str, name: str, cuda_source: str, *, backward: str 
     """
     compiled = check_source(problem, cuda_source, name, backward=backward, root=root)
     module = build_module(compiled, verbose=verbose)
-    backward_from = None if compiled.has_backward else (backward or DEFAULT_BACKWARD)
+    backward_from = None if compiled.has_backward else (backward or default_backward(problem))
     return CustomVariant(problem, name, cuda_source, compiled, module, backward_from)
