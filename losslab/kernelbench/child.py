@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import inspect
 import json
 import os
 import re
@@ -34,6 +35,7 @@ import sys
 import tempfile
 import time
 import traceback
+import types
 from collections.abc import Callable
 from pathlib import Path
 
@@ -147,23 +149,42 @@ def failure(stage: str, err: BaseException, output: str = "") -> Stop:
 
 # --- tampering ---------------------------------------------------------------------------------------
 
-def watched(spec: problems.Problem) -> dict[str, object]:
-    """Every function and class that the reference, the checks and the timing look up at call time:
-    the namespaces of time, torch, torch.cuda, torch.nn.functional, Tensor, Module, Event and
-    Stream, the problem's class and module, and this module. Keys are dotted names."""
+def watched(spec: problems.Problem) -> dict[str, tuple[bool, dict[str, object]]]:
+    """Every function and class that the reference, the checks and the timing look up at call time,
+    as {namespace: (is_module, {name: object})}: the namespaces of time, torch, torch.cuda and
+    torch.nn.functional, the problem's module and this module; the attributes (inherited ones
+    included) of Tensor, Module, Event, Stream and the problem object."""
     spaces = {"time": time, "torch": torch, "torch.cuda": torch.cuda, "torch.nn.functional": torch.nn.functional,
               "torch.Tensor": torch.Tensor, "torch.nn.Module": nn.Module, "torch.cuda.Event": torch.cuda.Event,
               "torch.cuda.Stream": torch.cuda.Stream, "losslab.problems": problems, "losslab.measure.check": check,
-              type(spec).__qualname__: type(spec), type(spec).__module__: sys.modules[type(spec).__module__],
+              "problem": spec, type(spec).__module__: sys.modules[type(spec).__module__],
               "losslab.kernelbench.child": sys.modules[__name__]}
-    return {f"{label}.{name}": value for label, space in spaces.items() for name, value in list(vars(space).items())
+    return {label: (isinstance(space, types.ModuleType), _members(space)) for label, space in spaces.items()}
+
+
+def _members(space: object) -> dict[str, object]:
+    """A module's own functions and classes; for a class or an object, every such attribute it
+    resolves, as stored (no descriptor is called, so a bound method never counts as a change)."""
+    if isinstance(space, types.ModuleType):
+        members = dict(vars(space))
+    else:
+        members = {name: inspect.getattr_static(space, name, None) for name in dir(space)}
+    return {name: value for name, value in members.items()
             if callable(value) or isinstance(value, (staticmethod, classmethod, property))}
 
 
-def replaced(before: dict[str, object], spec: problems.Problem) -> list[str]:
-    """Names in ``before`` (a :func:`watched` snapshot) that now hold another object or are gone."""
+def replaced(before: dict[str, tuple[bool, dict[str, object]]], spec: problems.Problem) -> list[str]:
+    """Dotted names of ``before`` (a :func:`watched` snapshot) that now hold another object or are
+    gone, and attributes new to a class or the problem object (one that shadows an inherited
+    method). A module's new names are not counted: imports add them."""
     now = watched(spec)
-    return sorted(name for name, value in before.items() if now.get(name) is not value)
+    names = []
+    for label, (is_module, members) in before.items():
+        current = now[label][1]
+        names += [f"{label}.{name}" for name, value in members.items() if current.get(name) is not value]
+        if not is_module:
+            names += [f"{label}.{name}" for name in current.keys() - members.keys()]
+    return sorted(names)
 
 
 # --- timing ------------------------------------------------------------------------------------------
