@@ -1,18 +1,38 @@
 """What this machine can do (losslab.teach.environment, notebook 00): the tools found, and a
 notebook map that names the notebooks as they are in notebooks/ and describes them truly."""
-import torch
-
 from losslab import build, problems
 from losslab.teach import environment, exercises
 
 NUMBER_WORDS = {3: "three", 4: "four", 5: "five", 6: "six", 7: "seven"}
 
 
-def test_detect_finds_torch_and_the_gpu_as_torch_sees_them():
+def test_detect_reports_each_tool_found_or_missing(monkeypatch, tmp_path):
+    fake = tmp_path / "nvcc"
+    fake.write_text("#!/bin/sh\necho 'Cuda compilation tools, release 12.4, V12.4.131'\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(environment.build, "nvcc_path", lambda: fake)
+    monkeypatch.setattr(environment.build, "find_cuobjdump", lambda: tmp_path / "cuobjdump")
+    monkeypatch.setattr(environment.torch.cuda, "is_available", lambda: False)
     env = environment.detect()
-    assert env.torch == torch.__version__ and (env.gpu is not None) == torch.cuda.is_available()
-    assert env.can_compile == (env.nvcc is not None and env.cuda_build is not None)
-    assert "CUDA GPU" in environment.table(env).plain
+    assert (env.nvcc, env.nvcc_version, env.gpu) == (str(fake), "12.4, V12.4.131", None)
+    assert env.cuobjdump == str(tmp_path / "cuobjdump")
+    table = environment.table(env).plain
+    assert "CUDA GPU: none visible" in table and f"nvcc: {fake} (CUDA 12.4, V12.4.131)" in table
+
+    def missing():
+        raise build.BuildError("not found")
+
+    monkeypatch.setattr(environment.build, "nvcc_path", missing)
+    monkeypatch.setattr(environment.build, "find_cuobjdump", missing)
+    env = environment.detect()
+    assert env.nvcc is None and env.cuobjdump is None and not env.can_compile
+    assert "nvcc: not found" in environment.table(env).plain
+
+
+def test_a_cpu_only_torch_cannot_compile():
+    env = environment.Environment(None, "2.0+cpu", None, "/usr/bin/nvcc", "12.4", None, None)
+    assert not env.can_compile
+    assert "a CPU-only build" in environment.table(env).plain
 
 
 def test_ncu_is_found_by_the_measure_package(monkeypatch):
