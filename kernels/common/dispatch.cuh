@@ -1,8 +1,8 @@
 // Run a templated launch for the element type a DType code names:
 //   dispatch_dtype(dtype, [&](auto tag) { using T = decltype(tag); ... });
 #pragma once
-#include "dtype.h"
-#include "vector_load.cuh"
+#include "common/dtype.h"
+#include "common/vector_load.cuh"
 
 template <typename Launch>
 cudaError_t dispatch_dtype(DType dtype, Launch&& launch) {

@@ -1,7 +1,7 @@
 // One block of 1024 threads: thread i adds partials i, i + 1024, ... in order,
 // then a shuffle-based block reduction combines the 1024 sums in a fixed tree.
-#include "sum_partials.cuh"
-#include "reduce.cuh"
+#include "common/sum_partials.cuh"
+#include "common/reduce.cuh"
 
 constexpr int SUM_THREADS = 1024;
 

@@ -1,12 +1,10 @@
 // The first stage of every cross_entropy forward, launched before the row
 // kernels: one block counts the rows whose target is a class (n_valid) and the
-// targets outside [0, C) that are not ignore_index. The host copies the two
-// counts back asynchronously and checks them while the row kernels run, so
-// the GPU never idles on the host; the mean and the fused gradient read
-// n_valid on the device.
-#include "cross_entropy.cuh"
-#include "launchers.h"
-#include "../common/reduce.cuh"
+// targets outside [0, C) that are not ignore_index. The mean and the fused
+// gradient read n_valid on the device; the host never waits for either count.
+#include "common/reduce.cuh"
+#include "cross_entropy/cross_entropy.cuh"
+#include "cross_entropy/launchers.h"
 
 constexpr int COUNT_THREADS = 1024;
 

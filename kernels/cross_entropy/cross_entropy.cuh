@@ -13,8 +13,8 @@
 #include <cstdint>
 #include <float.h>
 #include <math.h>
-#include "../common/reduce.cuh"
-#include "../common/vector_load.cuh"  // to_float: the typed rungs read 16-bit logits
+#include "common/reduce.cuh"
+#include "common/vector_load.cuh"  // to_float: the typed rungs read 16-bit logits
 
 constexpr int64_t IGNORE_INDEX = -100;
 

@@ -3,11 +3,11 @@
 // from them, where vectorized's backward read the logits from DRAM a second time:
 // two passes over (N, C) instead of three. The backward only scales by grad_loss,
 // and not at all when it is 1 (loss.backward()).
-#include <algorithm>
-#include "cross_entropy.cuh"
-#include "launchers.h"
-#include "row_packs.cuh"
-#include "../common/dispatch.cuh"
+#include "common/dispatch.cuh"
+#include "common/scale.cuh"
+#include "cross_entropy/cross_entropy.cuh"
+#include "cross_entropy/launchers.h"
+#include "cross_entropy/row_packs.cuh"
 
 constexpr int THREADS = 128;  // one block per row
 constexpr int WARPS = THREADS / 32;
@@ -17,7 +17,6 @@ constexpr int WARPS = THREADS / 32;
 // L2 while the row is recent, else from DRAM).
 constexpr int TILE = 8;
 constexpr int64_t TILE_PACKS = int64_t(THREADS) * TILE;
-constexpr int SCALE_THREADS = 256;
 
 // This thread's packs of the tile whose first pack (for thread 0) is `start`;
 // those past the row's end are skipped, not loaded.
@@ -62,7 +61,7 @@ cross_entropy_fused_forward_kernel(const T* __restrict__ logits,         // (N, 
     const int64_t row = blockIdx.x;
     const T* x = logits + row * C;
     T* g = grad_logits + row * C;
-    const RowSplit split = split_row(x, g, C);
+    const RowSplit split = split_row(C, x, g);
     const T* xv = x + split.head;
     T* gv = g + split.head;
     const int64_t tail = split.head + V * split.packs;
@@ -107,33 +106,11 @@ cross_entropy_fused_forward_kernel(const T* __restrict__ logits,         // (N, 
         g[j] = from_float<T>(cross_entropy_grad(to_float(x[j]), j, target, lse.max, log_sum, scale));
 }
 
-// grad *= grad_loss, in place. Every thread reads grad_loss first: when it is
-// exactly 1 the forward's gradient is already final and no byte is moved.
-template <typename T>
-__global__ void __launch_bounds__(SCALE_THREADS)
-cross_entropy_fused_scale_kernel(T* __restrict__ grad_logits,         // (n,)
-                                 const float* __restrict__ grad_loss,  // ()
-                                 int64_t n) {
-    constexpr int V = Pack<T>::size;
-    const float scale = *grad_loss;
-    if (scale == 1.0f) return;
-    const int64_t stride = int64_t(gridDim.x) * SCALE_THREADS;
-    const int64_t first = blockIdx.x * int64_t(SCALE_THREADS) + threadIdx.x;
-    // packs where the buffer allows them (a buffer the forward allocated always does)
-    const int64_t packs = is_aligned_16(grad_logits) ? n / V : 0;
-    for (int64_t i = first; i < packs; i += stride) {
-        Pack<T> g = load_pack(grad_logits + V * i);
-#pragma unroll
-        for (int k = 0; k < V; ++k) g.set(k, g[k] * scale);
-        store_pack(grad_logits + V * i, g);
-    }
-    for (int64_t i = packs * V + first; i < n; i += stride)
-        grad_logits[i] = from_float<T>(to_float(grad_logits[i]) * scale);
-}
-
+// Needs a gradient buffer: inference runs the vectorized forward instead (the rung table says so).
 cudaError_t cross_entropy_fused_forward(const void* logits, const int64_t* targets, const int64_t* counts,
-                                        float* row_losses, float* loss, void* grad_logits, int64_t N,
-                                        int64_t C, DType dtype, cudaStream_t stream) {
+                                        float* row_losses, float* /*row_max*/, float* /*row_log_sum*/, float* loss,
+                                        void* grad_logits, int64_t N, int64_t C, DType dtype, cudaStream_t stream) {
+    if (grad_logits == nullptr) return cudaErrorInvalidValue;
     cudaError_t err = dispatch_dtype(dtype, [&](auto tag) {
         using T = decltype(tag);
         cross_entropy_fused_forward_kernel<T><<<N, THREADS, 0, stream>>>(
@@ -144,15 +121,10 @@ cudaError_t cross_entropy_fused_forward(const void* logits, const int64_t* targe
     return cross_entropy_valid_mean(row_losses, counts, loss, N, stream);
 }
 
-cudaError_t cross_entropy_fused_backward(void* grad_logits, const float* grad_loss, int64_t n, DType dtype,
-                                         cudaStream_t stream) {
-    return dispatch_dtype(dtype, [&](auto tag) {
-        using T = decltype(tag);
-        // about one wave of blocks (grid-stride): enough to stream the buffer when
-        // grad_loss != 1, and few to retire when it is 1 and every thread leaves at once
-        const int64_t blocks = std::min<int64_t>((n / Pack<T>::size + SCALE_THREADS) / SCALE_THREADS, 1024);
-        cross_entropy_fused_scale_kernel<T><<<blocks, SCALE_THREADS, 0, stream>>>(
-            static_cast<T*>(grad_logits), grad_loss, n);
-        return cudaGetLastError();
-    });
+// The forward wrote dL/dx for grad_loss = 1: scale it in place (no work when grad_loss is 1).
+cudaError_t cross_entropy_fused_backward(const void* /*logits*/, const int64_t* /*targets*/,
+                                         const float* /*row_max*/, const float* /*row_log_sum*/,
+                                         const int64_t* /*counts*/, const float* grad_loss, void* grad_logits,
+                                         int64_t N, int64_t C, DType dtype, cudaStream_t stream) {
+    return scale_in_place(grad_logits, grad_loss, N * C, dtype, stream);
 }

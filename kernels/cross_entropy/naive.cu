@@ -2,8 +2,8 @@
 // directly, with a one-pass (online) log-sum-exp. Its flaw: neighbouring
 // threads read addresses C floats apart, so every warp-wide load touches 32
 // different cache lines (uncoalesced), and only N threads exist to hide latency.
-#include "cross_entropy.cuh"
-#include "launchers.h"
+#include "cross_entropy/cross_entropy.cuh"
+#include "cross_entropy/launchers.h"
 
 constexpr int THREADS = 256;
 
@@ -40,25 +40,27 @@ __global__ void cross_entropy_naive_backward_kernel(const float* __restrict__ lo
     }
 }
 
-cudaError_t cross_entropy_naive_forward(const float* logits, const int64_t* targets,
-                                        const int64_t* counts, float* row_losses, float* row_max,
-                                        float* row_log_sum, float* loss, int64_t N, int64_t C,
+cudaError_t cross_entropy_naive_forward(const void* logits, const int64_t* targets, const int64_t* counts,
+                                        float* row_losses, float* row_max, float* row_log_sum, float* loss,
+                                        void* /*grad_logits: not fused*/, int64_t N, int64_t C, DType dtype,
                                         cudaStream_t stream) {
+    if (dtype != DType::float32) return cudaErrorInvalidValue;  // a teaching rung: float32 only
     const int64_t blocks = (N + THREADS - 1) / THREADS;
     cross_entropy_naive_forward_kernel<<<blocks, THREADS, 0, stream>>>(
-        logits, targets, row_losses, row_max, row_log_sum, N, C);
+        static_cast<const float*>(logits), targets, row_losses, row_max, row_log_sum, N, C);
     cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return err;
     return cross_entropy_valid_mean(row_losses, counts, loss, N, stream);
 }
 
-cudaError_t cross_entropy_naive_backward(const float* logits, const int64_t* targets,
-                                         const float* row_max, const float* row_log_sum,
-                                         const int64_t* counts, const float* grad_loss,
-                                         float* grad_logits, int64_t N, int64_t C,
+cudaError_t cross_entropy_naive_backward(const void* logits, const int64_t* targets, const float* row_max,
+                                         const float* row_log_sum, const int64_t* counts, const float* grad_loss,
+                                         void* grad_logits, int64_t N, int64_t C, DType dtype,
                                          cudaStream_t stream) {
+    if (dtype != DType::float32) return cudaErrorInvalidValue;  // a teaching rung: float32 only
     const int64_t blocks = (N + THREADS - 1) / THREADS;
     cross_entropy_naive_backward_kernel<<<blocks, THREADS, 0, stream>>>(
-        logits, targets, row_max, row_log_sum, counts, grad_loss, grad_logits, N, C);
+        static_cast<const float*>(logits), targets, row_max, row_log_sum, counts, grad_loss,
+        static_cast<float*>(grad_logits), N, C);
     return cudaGetLastError();
 }

@@ -1,22 +1,9 @@
 // A row read as 16-byte packs (four floats or eight bf16/fp16 values): the
 // helpers the vectorized and fused rungs share. Math is fp32 whatever T is.
 #pragma once
-#include "cross_entropy.cuh"
-#include "../common/vector_load.cuh"
-
-// A row as a scalar head up to the first 16-byte boundary, `packs` packs, and
-// a scalar tail. Pack loads and stores need rows `a` and `b` at the same offset
-// from a boundary; if they are not, the head takes the whole row.
-struct RowSplit {
-    int64_t head, packs;
-};
-
-template <typename T>
-__device__ __forceinline__ RowSplit split_row(const T* a, const T* b, int64_t C) {
-    if (reinterpret_cast<uintptr_t>(a) % 16 != reinterpret_cast<uintptr_t>(b) % 16) return {C, 0};
-    const int64_t head = min(C, int64_t(elements_to_alignment(a)));
-    return {head, (C - head) / Pack<T>::size};
-}
+#include "common/row_split.cuh"
+#include "common/vector_load.cuh"
+#include "cross_entropy/cross_entropy.cuh"
 
 template <typename T>
 __device__ __forceinline__ float pack_max(const Pack<T>& v) {

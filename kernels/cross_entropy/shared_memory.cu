@@ -2,8 +2,9 @@
 // floats, so each warp load is one coalesced 128-byte transaction (fixing
 // naive's uncoalesced loads), and the block combines its threads' running
 // (max, sum) with tree reductions in shared memory, each step behind a barrier.
-#include "cross_entropy.cuh"
-#include "launchers.h"
+#include "cross_entropy/cross_entropy.cuh"
+#include "cross_entropy/launchers.h"
+#include "cross_entropy/row_backward.cuh"
 
 constexpr int THREADS = 256;
 
@@ -44,44 +45,22 @@ cross_entropy_shared_memory_forward_kernel(const float* __restrict__ logits,    
     if (threadIdx.x == 0) store_row(x, targets[row], C, block, row, row_losses, row_max, row_log_sum);
 }
 
-// The gradient has no reduction: one block per row, coalesced element-wise,
-// each thread reading the row's statistics once.
-__global__ void __launch_bounds__(THREADS)
-cross_entropy_shared_memory_backward_kernel(const float* __restrict__ logits,       // (N, C)
-                                            const int64_t* __restrict__ targets,    // (N,)
-                                            const float* __restrict__ row_max,      // (N,)
-                                            const float* __restrict__ row_log_sum,  // (N,)
-                                            const int64_t* __restrict__ counts,     // (2,)
-                                            const float* __restrict__ grad_loss,    // ()
-                                            float* __restrict__ grad_logits,        // (N, C)
-                                            int64_t C) {
-    const int64_t row = blockIdx.x;
-    const int64_t target = targets[row];
-    const float scale = row_grad_scale(target, C, *grad_loss / float(counts[0]));
-    const float m = row_max[row], log_sum = row_log_sum[row];
-    const float* x = logits + row * C;
-    float* g = grad_logits + row * C;
-    for (int64_t j = threadIdx.x; j < C; j += THREADS)
-        g[j] = cross_entropy_grad(x[j], j, target, m, log_sum, scale);
-}
-
-cudaError_t cross_entropy_shared_memory_forward(const float* logits, const int64_t* targets,
-                                                const int64_t* counts, float* row_losses, float* row_max,
-                                                float* row_log_sum, float* loss, int64_t N, int64_t C,
-                                                cudaStream_t stream) {
+cudaError_t cross_entropy_shared_memory_forward(const void* logits, const int64_t* targets, const int64_t* counts,
+                                                float* row_losses, float* row_max, float* row_log_sum, float* loss,
+                                                void* /*grad_logits: not fused*/, int64_t N, int64_t C,
+                                                DType dtype, cudaStream_t stream) {
+    if (dtype != DType::float32) return cudaErrorInvalidValue;  // a teaching rung: float32 only
     cross_entropy_shared_memory_forward_kernel<<<N, THREADS, 0, stream>>>(
-        logits, targets, row_losses, row_max, row_log_sum, C);
+        static_cast<const float*>(logits), targets, row_losses, row_max, row_log_sum, C);
     cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return err;
     return cross_entropy_valid_mean(row_losses, counts, loss, N, stream);
 }
 
-cudaError_t cross_entropy_shared_memory_backward(const float* logits, const int64_t* targets,
-                                                 const float* row_max, const float* row_log_sum,
-                                                 const int64_t* counts, const float* grad_loss,
-                                                 float* grad_logits, int64_t N, int64_t C,
-                                                 cudaStream_t stream) {
-    cross_entropy_shared_memory_backward_kernel<<<N, THREADS, 0, stream>>>(
-        logits, targets, row_max, row_log_sum, counts, grad_loss, grad_logits, C);
-    return cudaGetLastError();
+cudaError_t cross_entropy_shared_memory_backward(const void* logits, const int64_t* targets, const float* row_max,
+                                                 const float* row_log_sum, const int64_t* counts,
+                                                 const float* grad_loss, void* grad_logits, int64_t N, int64_t C,
+                                                 DType dtype, cudaStream_t stream) {
+    return cross_entropy_row_backward(logits, targets, row_max, row_log_sum, counts, grad_loss, grad_logits, N, C,
+                                      dtype, stream);
 }

@@ -3,10 +3,10 @@
 // by n_valid, counted before the row kernels (count_targets.cu), so ignored
 // rows leave both the sum and the denominator; with every row ignored that is
 // 0 / 0 = NaN, as in PyTorch.
-#include "cross_entropy.cuh"
-#include "launchers.h"
-#include "../common/reduce.cuh"
-#include "../common/vector_load.cuh"
+#include "common/reduce.cuh"
+#include "common/vector_load.cuh"
+#include "cross_entropy/cross_entropy.cuh"
+#include "cross_entropy/launchers.h"
 
 constexpr int MEAN_THREADS = 1024;
 

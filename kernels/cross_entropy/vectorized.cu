@@ -8,10 +8,10 @@
 // suits rows up to some tens of thousands of classes: at C = 4096 fp32 a lane
 // reads 128 floats in four rounds of UNROLL packs; a few much longer rows would
 // leave most of the GPU idle.
-#include "cross_entropy.cuh"
-#include "launchers.h"
-#include "row_packs.cuh"
-#include "../common/dispatch.cuh"
+#include "common/dispatch.cuh"
+#include "cross_entropy/cross_entropy.cuh"
+#include "cross_entropy/launchers.h"
+#include "cross_entropy/row_packs.cuh"
 
 constexpr int WARPS = 4;  // rows per block
 constexpr int THREADS = 32 * WARPS;
@@ -30,7 +30,7 @@ cross_entropy_vectorized_forward_kernel(const T* __restrict__ logits,         //
     const int64_t row = blockIdx.x * int64_t(WARPS) + threadIdx.x / 32;
     if (row >= N) return;  // the whole warp leaves together, so its shuffles stay full
     const T* x = logits + row * C;
-    const RowSplit split = split_row(x, x, C);
+    const RowSplit split = split_row(C, x);
     LogSumExp lse;
     for (int64_t j = lane; j < split.head; j += 32) lse_add(lse, to_float(x[j]));
 
@@ -83,7 +83,7 @@ cross_entropy_vectorized_backward_kernel(const T* __restrict__ logits,          
     const float m = row_max[row], log_sum = row_log_sum[row];
     const T* x = logits + row * C;
     T* g = grad_logits + row * C;
-    const RowSplit split = split_row(x, g, C);
+    const RowSplit split = split_row(C, x, g);
     for (int64_t j = lane; j < split.head; j += 32)
         g[j] = from_float<T>(cross_entropy_grad(to_float(x[j]), j, target, m, log_sum, scale));
 
@@ -106,10 +106,10 @@ cross_entropy_vectorized_backward_kernel(const T* __restrict__ logits,          
         g[j] = from_float<T>(cross_entropy_grad(to_float(x[j]), j, target, m, log_sum, scale));
 }
 
-cudaError_t cross_entropy_vectorized_forward(const void* logits, const int64_t* targets,
-                                             const int64_t* counts, float* row_losses, float* row_max,
-                                             float* row_log_sum, float* loss, int64_t N, int64_t C,
-                                             DType dtype, cudaStream_t stream) {
+cudaError_t cross_entropy_vectorized_forward(const void* logits, const int64_t* targets, const int64_t* counts,
+                                             float* row_losses, float* row_max, float* row_log_sum, float* loss,
+                                             void* /*grad_logits: not fused*/, int64_t N, int64_t C, DType dtype,
+                                             cudaStream_t stream) {
     cudaError_t err = dispatch_dtype(dtype, [&](auto tag) {
         using T = decltype(tag);
         cross_entropy_vectorized_forward_kernel<T><<<(N + WARPS - 1) / WARPS, THREADS, 0, stream>>>(

@@ -3,12 +3,13 @@
 // left to read but a scale by grad_loss, skipped when it is 1 (loss.backward()).
 // It removes the second read of p and t that a separate backward pays: three
 // passes over B x D instead of five.
-#include <algorithm>
-#include "kl_div.cuh"
-#include "launchers.h"
-#include "../common/dispatch.cuh"
-#include "../common/reduce.cuh"
-#include "../common/sum_partials.cuh"
+#include "common/dispatch.cuh"
+#include "common/reduce.cuh"
+#include "common/row_split.cuh"
+#include "common/scale.cuh"
+#include "common/sum_partials.cuh"
+#include "kl_div/kl_div.cuh"
+#include "kl_div/launchers.h"
 
 constexpr int THREADS = 256;
 constexpr int UNROLL = 4;
@@ -25,12 +26,8 @@ kl_div_fused_forward_kernel(const T* __restrict__ predictions,  // (B, D)
     const T* t = targets + blockIdx.x * D;
     T* g = grad_predictions + blockIdx.x * D;
     // Packs need all three rows at the same offset from a 16-byte boundary.
-    const uintptr_t offset = reinterpret_cast<uintptr_t>(p) % 16;
-    int64_t head = 0, packs = 0;
-    if (reinterpret_cast<uintptr_t>(t) % 16 == offset && reinterpret_cast<uintptr_t>(g) % 16 == offset) {
-        head = min(D, int64_t(elements_to_alignment(p)));
-        packs = (D - head) / V;
-    }
+    const RowSplit split = split_row(D, p, t, g);
+    const int64_t head = split.head, packs = split.packs;
     float sum = 0.0f;
     for (int64_t j = threadIdx.x; j < head; j += THREADS) {
         const float pj = to_float(p[j]), tj = to_float(t[j]);
@@ -78,36 +75,11 @@ kl_div_fused_forward_kernel(const T* __restrict__ predictions,  // (B, D)
     if (threadIdx.x == 0) row_partials[blockIdx.x] = sum;
 }
 
-// grad *= grad_loss, in place. Every thread reads grad_loss first: when it is
-// exactly 1 the forward's gradient is already final and no byte is moved.
-template <typename T>
-__global__ void __launch_bounds__(THREADS)
-kl_div_fused_scale_kernel(T* __restrict__ grad_predictions,    // (n,)
-                          const float* __restrict__ grad_loss,  // ()
-                          int64_t n) {
-    constexpr int V = Pack<T>::size;
-    const float scale = *grad_loss;
-    if (scale == 1.0f) return;
-    const int64_t stride = int64_t(gridDim.x) * THREADS;
-    const int64_t first = blockIdx.x * int64_t(THREADS) + threadIdx.x;
-    if (is_aligned_16(grad_predictions)) {
-        for (int64_t i = first; i < n / V; i += stride) {
-            Pack<T> g = load_pack(grad_predictions + V * i);
-#pragma unroll
-            for (int k = 0; k < V; ++k) g.set(k, g[k] * scale);
-            store_pack(grad_predictions + V * i, g);
-        }
-        for (int64_t i = n / V * V + first; i < n; i += stride)
-            grad_predictions[i] = from_float<T>(to_float(grad_predictions[i]) * scale);
-    } else {
-        for (int64_t i = first; i < n; i += stride)
-            grad_predictions[i] = from_float<T>(to_float(grad_predictions[i]) * scale);
-    }
-}
-
+// Needs a gradient buffer: inference runs the vectorized forward instead (the rung table says so).
 cudaError_t kl_div_fused_forward(const void* predictions, const void* targets, float* row_partials,
                                  float* loss, void* grad_predictions, int64_t B, int64_t D,
                                  DType dtype, cudaStream_t stream) {
+    if (grad_predictions == nullptr) return cudaErrorInvalidValue;
     cudaError_t err = dispatch_dtype(dtype, [&](auto tag) {
         using T = decltype(tag);
         kl_div_fused_forward_kernel<T><<<B, THREADS, 0, stream>>>(
@@ -119,13 +91,9 @@ cudaError_t kl_div_fused_forward(const void* predictions, const void* targets, f
     return launch_sum_partials(row_partials, B, float(B), loss, stream);
 }
 
-cudaError_t kl_div_fused_backward(void* grad_predictions, const float* grad_loss, int64_t n,
+// The forward wrote dL/dp for grad_loss = 1: scale it in place (no work when grad_loss is 1).
+cudaError_t kl_div_fused_backward(const void* /*predictions: unread*/, const void* /*targets: unread*/,
+                                  const float* grad_loss, void* grad_predictions, int64_t B, int64_t D,
                                   DType dtype, cudaStream_t stream) {
-    return dispatch_dtype(dtype, [&](auto tag) {
-        using T = decltype(tag);
-        const int64_t blocks = std::min<int64_t>((n / Pack<T>::size + THREADS) / THREADS, 4096);
-        kl_div_fused_scale_kernel<T><<<blocks, THREADS, 0, stream>>>(static_cast<T*>(grad_predictions),
-                                                                    grad_loss, n);
-        return cudaGetLastError();
-    });
+    return scale_in_place(grad_predictions, grad_loss, B * D, dtype, stream);
 }

@@ -7,7 +7,7 @@
 // The expressions and their order follow torch.kl_div(log(p), t), so t == 0
 // contributes 0, p == 0 with t > 0 gives +inf, and NaN propagates.
 #pragma once
-#include "../common/xlogy.cuh"
+#include "common/xlogy.cuh"
 
 __device__ __forceinline__ float kl_div_term(float p, float t) {
     return xlogy(t, t) - t * fast_log(p);

@@ -1,48 +1,33 @@
-// Host launchers of every kl_div rung: plain C++, no torch headers, so the
-// binding and each rung's .cu compile on their own. Pointers are device
-// pointers to contiguous row-major data; each launcher enqueues its kernels on
-// `stream` and returns the launch status. The loss is written as float32.
+// Host launchers of every kl_div rung, declared once: every rung has the same
+// forward and the same backward signature (the typedefs below), so the binding,
+// the exported solutions and custom variants all derive from these two lines.
+// Plain C++, no torch headers. Pointers are device pointers to contiguous
+// row-major data; each launcher enqueues its kernels on `stream` and returns
+// the launch status. The teaching rungs (naive, shared_memory, warp_shuffle)
+// take float32 only and return cudaErrorInvalidValue for another dtype.
 #pragma once
 #include <cstdint>
 #include <cuda_runtime.h>
-#include "../common/dtype.h"
+#include "common/dtype.h"
 
-// The first three rungs take float32 only.
-#define KL_DIV_FLOAT_LAUNCHERS(variant)                                              \
-    cudaError_t kl_div_##variant##_forward(const float* predictions,  /* (B, D) */    \
-                                           const float* targets,      /* (B, D) */    \
-                                           float* row_partials,       /* (B,)   */    \
-                                           float* loss,               /* ()     */    \
-                                           int64_t B, int64_t D, cudaStream_t stream); \
-    cudaError_t kl_div_##variant##_backward(const float* predictions, /* (B, D) */    \
-                                            const float* targets,     /* (B, D) */    \
-                                            const float* grad_loss,   /* ()     */    \
-                                            float* grad_predictions,  /* (B, D) */    \
-                                            int64_t B, int64_t D, cudaStream_t stream);
+typedef cudaError_t kl_div_forward_fn(
+    const void* predictions,  // (B, D) of dtype
+    const void* targets,      // (B, D) of dtype
+    float* row_partials,      // (B,) scratch: each row's sum
+    float* loss,              // () float32: sum / B
+    void* grad_predictions,   // (B, D) of dtype: dL/dp for grad_loss = 1, written by a rung that fuses the
+                              // gradient into its forward (it requires one); the others ignore it (null)
+    int64_t B, int64_t D, DType dtype, cudaStream_t stream);
 
-KL_DIV_FLOAT_LAUNCHERS(naive)
-KL_DIV_FLOAT_LAUNCHERS(shared_memory)
-KL_DIV_FLOAT_LAUNCHERS(warp_shuffle)
+typedef cudaError_t kl_div_backward_fn(
+    const void* predictions,  // (B, D) of dtype (unread, may be null, where the forward wrote the gradient)
+    const void* targets,      // (B, D) of dtype (idem)
+    const float* grad_loss,   // () float32
+    void* grad_predictions,   // (B, D) of dtype: written; where the forward wrote it, scaled in place
+    int64_t B, int64_t D, DType dtype, cudaStream_t stream);
 
-// vectorized and fused take float32, bfloat16 or float16 (`dtype`), math in fp32.
-cudaError_t kl_div_vectorized_forward(const void* predictions,  // (B, D)
-                                      const void* targets,      // (B, D)
-                                      float* row_partials,      // (B,)
-                                      float* loss,              // ()
-                                      int64_t B, int64_t D, DType dtype, cudaStream_t stream);
-cudaError_t kl_div_vectorized_backward(const void* predictions,  // (B, D)
-                                       const void* targets,      // (B, D)
-                                       const float* grad_loss,   // ()
-                                       void* grad_predictions,   // (B, D)
-                                       int64_t B, int64_t D, DType dtype, cudaStream_t stream);
-
-// The forward also writes dL/dp for grad_loss = 1; the backward scales it in place.
-cudaError_t kl_div_fused_forward(const void* predictions,  // (B, D)
-                                 const void* targets,      // (B, D)
-                                 float* row_partials,      // (B,)
-                                 float* loss,              // ()
-                                 void* grad_predictions,   // (B, D)
-                                 int64_t B, int64_t D, DType dtype, cudaStream_t stream);
-cudaError_t kl_div_fused_backward(void* grad_predictions,  // (n,) written by the forward
-                                  const float* grad_loss,  // ()
-                                  int64_t n, DType dtype, cudaStream_t stream);
+// The rungs, in ladder order (an X-macro: the binding binds each one).
+#define KL_DIV_RUNGS(X) X(naive) X(shared_memory) X(warp_shuffle) X(vectorized) X(fused)
+#define KL_DIV_DECLARE(rung) kl_div_forward_fn kl_div_##rung##_forward; kl_div_backward_fn kl_div_##rung##_backward;
+KL_DIV_RUNGS(KL_DIV_DECLARE)
+#undef KL_DIV_DECLARE

@@ -2,9 +2,9 @@
 // directly. Its flaw: neighbouring threads read addresses D floats apart, so
 // every warp-wide load touches 32 different cache lines (uncoalesced), and
 // only B threads exist to hide memory latency.
-#include "kl_div.cuh"
-#include "launchers.h"
-#include "../common/sum_partials.cuh"
+#include "common/sum_partials.cuh"
+#include "kl_div/kl_div.cuh"
+#include "kl_div/launchers.h"
 
 constexpr int THREADS = 256;
 
@@ -34,22 +34,25 @@ __global__ void kl_div_naive_backward_kernel(const float* __restrict__ predictio
     }
 }
 
-cudaError_t kl_div_naive_forward(const float* predictions, const float* targets,
-                                 float* row_partials, float* loss, int64_t B, int64_t D,
+cudaError_t kl_div_naive_forward(const void* predictions, const void* targets, float* row_partials, float* loss,
+                                 void* /*grad_predictions: not fused*/, int64_t B, int64_t D, DType dtype,
                                  cudaStream_t stream) {
+    if (dtype != DType::float32) return cudaErrorInvalidValue;  // a teaching rung: float32 only
     const int64_t blocks = (B + THREADS - 1) / THREADS;
-    kl_div_naive_forward_kernel<<<blocks, THREADS, 0, stream>>>(predictions, targets,
+    kl_div_naive_forward_kernel<<<blocks, THREADS, 0, stream>>>(static_cast<const float*>(predictions),
+                                                                static_cast<const float*>(targets),
                                                                 row_partials, B, D);
     cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return err;
     return launch_sum_partials(row_partials, B, float(B), loss, stream);
 }
 
-cudaError_t kl_div_naive_backward(const float* predictions, const float* targets,
-                                  const float* grad_loss, float* grad_predictions,
-                                  int64_t B, int64_t D, cudaStream_t stream) {
+cudaError_t kl_div_naive_backward(const void* predictions, const void* targets, const float* grad_loss,
+                                  void* grad_predictions, int64_t B, int64_t D, DType dtype, cudaStream_t stream) {
+    if (dtype != DType::float32) return cudaErrorInvalidValue;  // a teaching rung: float32 only
     const int64_t blocks = (B + THREADS - 1) / THREADS;
     kl_div_naive_backward_kernel<<<blocks, THREADS, 0, stream>>>(
-        predictions, targets, grad_loss, grad_predictions, B, D);
+        static_cast<const float*>(predictions), static_cast<const float*>(targets), grad_loss,
+        static_cast<float*>(grad_predictions), B, D);
     return cudaGetLastError();
 }

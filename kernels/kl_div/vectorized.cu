@@ -5,11 +5,12 @@
 // A scalar head and tail handle rows that do not start or end on a 16-byte
 // boundary (odd D, or a slice with a storage offset).
 #include <algorithm>
-#include "kl_div.cuh"
-#include "launchers.h"
-#include "../common/dispatch.cuh"
-#include "../common/reduce.cuh"
-#include "../common/sum_partials.cuh"
+#include "common/dispatch.cuh"
+#include "common/reduce.cuh"
+#include "common/row_split.cuh"
+#include "common/sum_partials.cuh"
+#include "kl_div/kl_div.cuh"
+#include "kl_div/launchers.h"
 
 constexpr int THREADS = 256;
 constexpr int UNROLL = 4;
@@ -25,11 +26,8 @@ kl_div_vectorized_forward_kernel(const T* __restrict__ predictions,  // (B, D)
     const T* t = targets + blockIdx.x * D;
     // Packs need both rows at the same offset from a 16-byte boundary;
     // otherwise the whole row goes through the scalar tail loop.
-    int64_t head = 0, packs = 0;
-    if (reinterpret_cast<uintptr_t>(p) % 16 == reinterpret_cast<uintptr_t>(t) % 16) {
-        head = min(D, int64_t(elements_to_alignment(p)));
-        packs = (D - head) / V;
-    }
+    const RowSplit split = split_row(D, p, t);
+    const int64_t head = split.head, packs = split.packs;
     float sum = 0.0f;
     for (int64_t j = threadIdx.x; j < head; j += THREADS)
         sum += kl_div_term(to_float(p[j]), to_float(t[j]));
@@ -99,8 +97,8 @@ kl_div_scalar_backward_kernel(const T* __restrict__ predictions, const T* __rest
             kl_div_grad(to_float(predictions[i]), to_float(targets[i]), scaled_grad));
 }
 
-cudaError_t kl_div_vectorized_forward(const void* predictions, const void* targets,
-                                      float* row_partials, float* loss, int64_t B, int64_t D,
+cudaError_t kl_div_vectorized_forward(const void* predictions, const void* targets, float* row_partials,
+                                      float* loss, void* /*grad_predictions: not fused*/, int64_t B, int64_t D,
                                       DType dtype, cudaStream_t stream) {
     cudaError_t err = dispatch_dtype(dtype, [&](auto tag) {
         using T = decltype(tag);

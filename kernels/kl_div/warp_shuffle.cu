@@ -2,10 +2,11 @@
 // inside each warp and one shared slot per warp. It replaces shared_memory's
 // eight barrier-separated tree steps (most threads idle) with register-to-
 // register exchanges and two barriers.
-#include "kl_div.cuh"
-#include "launchers.h"
-#include "../common/reduce.cuh"
-#include "../common/sum_partials.cuh"
+#include "common/reduce.cuh"
+#include "common/sum_partials.cuh"
+#include "kl_div/kl_div.cuh"
+#include "kl_div/elementwise_backward.cuh"
+#include "kl_div/launchers.h"
 
 constexpr int THREADS = 256;
 
@@ -22,10 +23,12 @@ kl_div_warp_shuffle_forward_kernel(const float* __restrict__ predictions,  // (B
     if (threadIdx.x == 0) row_partials[blockIdx.x] = sum;
 }
 
-cudaError_t kl_div_warp_shuffle_forward(const float* predictions, const float* targets,
-                                        float* row_partials, float* loss, int64_t B,
-                                        int64_t D, cudaStream_t stream) {
-    kl_div_warp_shuffle_forward_kernel<<<B, THREADS, 0, stream>>>(predictions, targets,
+cudaError_t kl_div_warp_shuffle_forward(const void* predictions, const void* targets, float* row_partials,
+                                        float* loss, void* /*grad_predictions: not fused*/, int64_t B, int64_t D,
+                                        DType dtype, cudaStream_t stream) {
+    if (dtype != DType::float32) return cudaErrorInvalidValue;  // a teaching rung: float32 only
+    kl_div_warp_shuffle_forward_kernel<<<B, THREADS, 0, stream>>>(static_cast<const float*>(predictions),
+                                                                  static_cast<const float*>(targets),
                                                                   row_partials, D);
     cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return err;
@@ -33,10 +36,9 @@ cudaError_t kl_div_warp_shuffle_forward(const float* predictions, const float* t
 }
 
 // The backward has nothing to reduce, so shuffles change nothing there: it is
-// shared_memory's coalesced element-wise kernel.
-cudaError_t kl_div_warp_shuffle_backward(const float* predictions, const float* targets,
-                                         const float* grad_loss, float* grad_predictions,
-                                         int64_t B, int64_t D, cudaStream_t stream) {
-    return kl_div_shared_memory_backward(predictions, targets, grad_loss, grad_predictions,
-                                         B, D, stream);
+// shared_memory's coalesced element-wise kernel (elementwise_backward.cuh).
+cudaError_t kl_div_warp_shuffle_backward(const void* predictions, const void* targets, const float* grad_loss,
+                                         void* grad_predictions, int64_t B, int64_t D, DType dtype,
+                                         cudaStream_t stream) {
+    return kl_div_elementwise_backward(predictions, targets, grad_loss, grad_predictions, B, D, dtype, stream);
 }

@@ -8,6 +8,7 @@
 // The block's tree reduction and the second stage are written for you.
 #include "kl_div/kl_div.cuh"
 #include "common/sum_partials.cuh"
+#include "kl_div/launchers.h"
 
 constexpr int THREADS = 256;
 
@@ -31,8 +32,12 @@ coalesced_forward_kernel(const float* __restrict__ predictions,  // (B, D)
     if (threadIdx.x == 0) row_partials[blockIdx.x] = partial[0];
 }
 
-cudaError_t kl_div_custom_forward(const float* predictions, const float* targets, float* row_partials,
-                                  float* loss, int64_t B, int64_t D, cudaStream_t stream) {
+cudaError_t kl_div_custom_forward(const void* predictions_, const void* targets_, float* row_partials,
+                                  float* loss, void* /*grad_predictions: not fused*/, int64_t B, int64_t D,
+                                  DType dtype, cudaStream_t stream) {
+    if (dtype != DType::float32) return cudaErrorInvalidValue;  // float32 only
+    const float* predictions = static_cast<const float*>(predictions_);
+    const float* targets = static_cast<const float*>(targets_);
     coalesced_forward_kernel<<<B, THREADS, 0, stream>>>(predictions, targets, row_partials, D);
     cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return err;
