@@ -1,20 +1,23 @@
-"""cross_entropy's definition (DESIGN.md) and its error handling: what the kernels must reproduce.
+"""cross_entropy's definition and its error handling: what the kernels must reproduce.
 
 The generic tests (test_problems.py, test_compile.py, test_variants_gpu.py) cover
 every problem; these cover what is particular to cross-entropy: ignore_index,
-the all-ignored NaN, the out-of-range target error, the precision argument
-for keeping each row's log-sum-exp as (max, log(sum)), and the fused rung's
-gradient written by its forward.
+the all-ignored NaN, out-of-range targets (NaN, never a wrong number, never a host
+wait; ``check_targets`` and strict mode raise), the precision argument for keeping
+each row's log-sum-exp as (max, log(sum)), and the fused rung's gradient written
+by its forward.
 """
+import inspect
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
 
 import losslab
-from losslab import build
+from losslab import build, problems
 from losslab.measure import check
-from losslab import problems
-from losslab.problems.cross_entropy import IGNORE_INDEX, out_of_range_message
+from losslab.problems.cross_entropy import IGNORE_INDEX, check_targets, out_of_range_message
 
 CE = problems.get("cross_entropy")
 VARIANTS = CE.variants
@@ -115,14 +118,10 @@ def test_misaligned_edge_case_really_is_misaligned():
     assert x.is_contiguous() and x.storage_offset() % 4 != 0
 
 
-def test_the_ladder_ends_with_fused():
-    assert VARIANTS == ("naive", "shared_memory", "warp_shuffle", "vectorized", "fused")
-
-
-@pytest.mark.parametrize("variant", VARIANTS)
-def test_16_bit_logits_only_for_the_typed_rungs(variant):
-    typed = variant in ("vectorized", "fused")
-    assert CE.dtypes(variant) == ((torch.float32, *HALF) if typed else (torch.float32,))
+def test_ignore_index_agrees_with_the_kernels():
+    header = (build.KERNELS / "cross_entropy" / "cross_entropy.cuh").read_text()
+    assert re.search(r"constexpr int64_t IGNORE_INDEX = (-?\d+);", header).group(1) == str(IGNORE_INDEX)
+    assert IGNORE_INDEX == inspect.signature(F.cross_entropy).parameters["ignore_index"].default
 
 
 def test_cost_model_scales_with_the_element_size():
@@ -183,18 +182,41 @@ def test_out_of_range_message_names_targets_the_value_and_the_range():
     assert "ignore_index (-100)" in message and "2 target(s) out of range" in message
 
 
+def test_check_targets_raises_for_a_bad_target_and_passes_good_ones():
+    check_targets(torch.tensor([0, 4, IGNORE_INDEX]), 5)
+    for bad, position in ((5, 1), (-1, 1), (-101, 1), (2**40, 1)):
+        with pytest.raises(ValueError, match=rf"targets: class index {bad} at position {position} is outside"):
+            check_targets(torch.tensor([0, bad, 3]), 5)
+
+
+@pytest.mark.parametrize("strict", [True, "env"])
+def test_strict_mode_raises_before_any_build(no_build, monkeypatch, strict):
+    """Strict mode checks the values on the host first: the error comes before any launch."""
+    x, t = CE.make_inputs((4, 8), seed=0, device="cpu")
+    t[2] = 8
+    if strict == "env":
+        monkeypatch.setenv("LOSSLAB_STRICT_TARGETS", "1")
+    op = losslab.variant("cross_entropy", "vectorized", **({} if strict == "env" else {"strict": True}))
+    monkeypatch.setattr(CE, "validate", lambda *inputs: None)  # CPU tensors: let the value check run
+    with pytest.raises(ValueError, match=r"targets: class index 8 at position 2 is outside \[0, 8\)"):
+        op(x, t)
+
+
 # -- gpu tier ------------------------------------------------------------------
 
 @pytest.mark.gpu
 @requires_gpu
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("bad", [4099, -1, -101, 2**40])
-def test_out_of_range_target_raises_and_cuda_still_works(variant, bad):
+def test_out_of_range_target_gives_nan_check_targets_raises_and_cuda_still_works(variant, bad):
     x, t = CE.make_inputs((257, 4099), seed=0)
     t[100] = bad
     op = losslab.variant("cross_entropy", variant)
+    assert op(x, t).isnan()  # never a wrong number, never a device-side assert
     with pytest.raises(ValueError, match=rf"targets: class index {bad} at position 100 is outside \[0, 4099\)"):
-        op(x, t)
+        check_targets(t, x.shape[1])
+    with pytest.raises(ValueError, match=rf"targets: class index {bad} at position 100"):
+        losslab.variant("cross_entropy", variant, strict=True)(x, t)
     torch.cuda.synchronize()  # a device-side assert would surface here, and poison what follows
     t[100] = 5
     x.requires_grad_(True)
@@ -206,21 +228,22 @@ def test_out_of_range_target_raises_and_cuda_still_works(variant, bad):
 
 @pytest.mark.gpu
 @requires_gpu
-@pytest.mark.parametrize("variant", [v for v in VARIANTS if v != "fused"])
-def test_kernels_give_nan_not_a_wrong_number_for_an_out_of_range_target(variant):
-    # What the kernels do when the host's check is bypassed: that row is NaN,
-    # nothing is read out of bounds, the other rows are untouched.
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_kernels_give_nan_only_on_the_out_of_range_row(variant):
+    # That row's loss and gradient are NaN, nothing is read out of bounds, the other rows
+    # are untouched (compute-sanitizer in test_variants_gpu.py checks the bounds).
     x, t = CE.make_inputs((33, 1023), seed=0)
-    loss, saved = CE.launch_forward(variant, (x, t))
-    grad = CE.launch_backward(variant, saved, torch.tensor(1.0, device="cuda"))
+    grad_loss = torch.tensor(1.0, device="cuda")
+    ignored = t.clone()
+    ignored[7] = IGNORE_INDEX  # the same n_valid as with the bad target, which is not valid either
+    _, saved = CE.launch_forward(variant, (x, ignored), needs_grad=True)
+    grad = CE.launch_backward(variant, saved, grad_loss)
     bad = t.clone()
     bad[7] = 1023
     out = torch.zeros((), device="cuda")
-    with pytest.raises(ValueError, match="targets: class index 1023 at position 7"):
-        CE.launch_forward(variant, (x, bad), out=out)
+    _, bad_saved = CE.launch_forward(variant, (x, bad), out=out, needs_grad=True)
+    bad_grad = CE.launch_backward(variant, bad_saved, grad_loss)
     assert out.isnan()
-    bad_saved = (saved[0], bad, *saved[2:])
-    bad_grad = CE.launch_backward(variant, bad_saved, torch.tensor(1.0, device="cuda"))
     assert bad_grad[7].isnan().all()
     others = torch.arange(33, device="cuda") != 7
     assert torch.equal(bad_grad[others], grad[others])
@@ -338,27 +361,3 @@ def test_fused_inference_writes_no_gradient():
         loss = fused(x.requires_grad_(True), t)
     assert torch.cuda.max_memory_allocated() - before < x.numel() * 4  # no gradient buffer
     torch.testing.assert_close(loss, F.cross_entropy(x.detach(), t), rtol=1e-5, atol=0)
-
-
-@pytest.mark.gpu
-@requires_gpu
-@pytest.mark.parametrize("bad", [4099, -1])
-def test_fused_out_of_range_target_raises_writes_nan_and_cuda_still_works(bad):
-    x, t = CE.make_inputs((257, 4099), seed=8)
-    ignored = t.clone()
-    ignored[100] = IGNORE_INDEX  # the same n_valid as with the bad target, which is not valid either
-    good_grad = torch.empty_like(x)
-    CE.launch_forward("fused", (x, ignored), needs_grad=True, grad_out=good_grad)
-    bad_t = t.clone()
-    bad_t[100] = bad
-    out = torch.zeros((), device="cuda")
-    grad = torch.zeros_like(x)
-    with pytest.raises(ValueError, match=rf"targets: class index {bad} at position 100 is outside \[0, 4099\)"):
-        CE.launch_forward("fused", (x, bad_t), out=out, needs_grad=True, grad_out=grad)
-    torch.cuda.synchronize()  # a device-side assert would surface here
-    assert out.isnan() and grad[100].isnan().all()
-    others = torch.arange(257, device="cuda") != 100
-    assert torch.equal(grad[others], good_grad[others])
-    loss, fused_grad = run_fused(x, t)
-    torch.testing.assert_close(loss, F.cross_entropy(x, t), rtol=1e-5, atol=0)
-    assert check.relative_error(fused_grad, softmax_minus_onehot(x, t))[0] <= check.GRAD_RTOL

@@ -1,4 +1,4 @@
-"""kl_div's definition (DESIGN.md): what the kernels must reproduce."""
+"""kl_div's definition: what the kernels must reproduce."""
 import pytest
 import torch
 

@@ -1,9 +1,11 @@
-"""cpu tier: every problem's reference, inputs, cost model and input validation."""
+"""cpu tier: every problem's reference, inputs, cost model, rung table and input validation."""
+import re
+
 import pytest
 import torch
 
 import losslab
-from losslab import problems
+from losslab import build, problems
 
 PROBLEMS = problems.names()
 
@@ -14,7 +16,7 @@ def test_make_inputs_is_seeded_and_shaped(problem):
     a = spec.make_inputs((5, 7), seed=3, device="cpu")
     b = spec.make_inputs((5, 7), seed=3, device="cpu")
     c = spec.make_inputs((5, 7), seed=4, device="cpu")
-    assert all(torch.equal(x, y) for x, y in zip(a, b))
+    assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
     assert not torch.equal(a[0], c[0])
     assert a[0].shape == (5, 7)
 
@@ -81,11 +83,62 @@ def test_unknown_names_are_rejected():
 
 
 @pytest.mark.parametrize("problem, variant", losslab.all_variants())
-def test_dtypes_a_variant_lacks_are_named(problem, variant):
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_16_bit_inputs_pass_the_dtype_check_exactly_where_the_rung_table_says(problem, variant, dtype):
+    """A rung whose table row lists the dtype gets past the dtype check (CPU tensors then fail on
+    the device check); any other rung refuses it naming the dtypes it takes."""
     spec = problems.get(problem)
-    for dtype in (torch.bfloat16, torch.float16):
-        if dtype not in spec.dtypes(variant):
-            inputs = [x.to(dtype) if x.is_floating_point() else x
-                      for x in spec.make_inputs((4, 8), seed=0, device="cpu")]
-            with pytest.raises(TypeError, match=rf"predictions: .*torch\.float32, got {dtype}"):
-                losslab.variant(problem, variant)(*inputs)
+    inputs = [x.to(dtype) if x.is_floating_point() else x for x in spec.make_inputs((4, 8), seed=0, device="cpu")]
+    if dtype in spec.dtypes(variant):
+        expected = (ValueError, r"predictions: expected a CUDA tensor")
+    else:
+        expected = (TypeError, rf"predictions: {problem} {variant} takes dtype torch\.float32, got {dtype}")
+    with pytest.raises(expected[0], match=expected[1]):
+        losslab.variant(problem, variant)(*inputs)
+
+
+# --- the rung table ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("problem", PROBLEMS)
+def test_rung_table_matches_the_kernel_folder_and_the_declared_ladder(problem):
+    """Every rung has its .cu; every rung the binding binds (launchers.h's X-macro) is in the
+    table, in the same order; the rungs' kernels open with their idea."""
+    spec = problems.get(problem)
+    header = (build.KERNELS / problem / "launchers.h").read_text()
+    declared = re.search(rf"#define {problem.upper()}_RUNGS\(X\) (.*)", header).group(1)
+    assert tuple(re.findall(r"X\((\w+)\)", declared)) == spec.variants
+    for rung in spec.rungs:
+        source = (build.KERNELS / problem / f"{rung.name}.cu").read_text()
+        assert source.startswith(f"// {rung.name}: ")
+        templated = "dispatch_dtype" in source
+        assert templated == (len(rung.dtypes) > 1), f"{rung.name}: rung table dtypes vs its launchers"
+
+
+@pytest.mark.parametrize("problem", PROBLEMS)
+def test_launchers_are_declared_once_as_two_function_types(problem):
+    header = (build.KERNELS / problem / "launchers.h").read_text()
+    for direction in ("forward", "backward"):
+        assert len(re.findall(rf"typedef cudaError_t {problem}_{direction}_fn\(", header)) == 1
+    # no rung restates a signature: the rungs are declared through the types
+    assert not re.search(rf"cudaError_t {problem}_\w+_(forward|backward)\(", header)
+
+
+def test_rung_lookup_and_forward_launcher():
+    spec = problems.get("kl_div")
+    assert spec.rung("naive") == problems.Rung("naive")
+    fused = spec.rung("fused")
+    assert fused.writes_grad_in_forward and fused.inference == "vectorized"
+    assert fused.forward_launcher(needs_grad=True) == ("fused_forward", True)
+    assert fused.forward_launcher(needs_grad=False) == ("vectorized_forward", False)
+    assert spec.rung("naive").forward_launcher(needs_grad=True) == ("naive_forward", False)
+    with pytest.raises(ValueError, match="variant: kl_div has no variant 'turbo'; expected one of naive"):
+        spec.rung("turbo")
+
+
+def test_problems_load_without_importlib():
+    """problems.get is a plain dict lookup (torch.compile traces through it)."""
+    import ast
+    import inspect
+
+    tree = ast.parse(inspect.getsource(problems))
+    assert not [n for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id == "importlib"]

@@ -8,9 +8,8 @@ import pytest
 import torch
 
 import losslab
-from losslab import build
+from losslab import build, problems
 from losslab.measure import check
-from losslab import problems
 
 pytestmark = pytest.mark.gpu
 SIZED = [(p, v, s, d) for p, v in losslab.all_variants() for s in problems.get(p).sizes
@@ -19,7 +18,7 @@ SIZED = [(p, v, s, d) for p, v in losslab.all_variants() for s in problems.get(p
 
 def assert_passed(results):
     failed = [r for r in results if not r.passed]
-    assert not failed, "\n" + check.format_table(failed)
+    assert not failed, "\n" + check.check_table_text(failed)
 
 
 @pytest.mark.parametrize("problem, variant, size, dtype", SIZED)
@@ -60,10 +59,39 @@ def test_fused_inference_writes_no_gradient():
 
 
 @pytest.mark.parametrize("problem", problems.names())
-def test_inputs_on_different_devices_are_rejected(problem):
+def test_a_cpu_input_beside_a_cuda_one_is_rejected(problem):
     predictions, *others = problems.get(problem).make_inputs((4, 8), seed=0)
     with pytest.raises(ValueError, match="expected a CUDA tensor"):
         losslab.variant(problem, "vectorized")(predictions, *[x.cpu() for x in others])
+
+
+two_gpus = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
+
+
+@two_gpus
+@pytest.mark.parametrize("problem", problems.names())
+def test_inputs_on_two_different_gpus_are_rejected(problem):
+    predictions, *others = problems.get(problem).make_inputs((4, 8), seed=0, device="cuda:0")
+    with pytest.raises(ValueError, match="expected all inputs on one device, got predictions on cuda:0"):
+        losslab.variant(problem, "vectorized")(predictions, *[x.to("cuda:1") for x in others])
+
+
+@two_gpus
+@pytest.mark.parametrize("problem, variant", losslab.all_variants())
+def test_launches_go_to_the_inputs_gpu_not_the_current_one(problem, variant):
+    """The launch path makes the inputs' device current: a loss on cuda:1 computed while cuda:0
+    is current equals the same loss on cuda:0 (without the guard the kernels would run on
+    cuda:0 with cuda:1's pointers)."""
+    spec = problems.get(problem)
+    on_0 = spec.make_inputs((65, 1001), seed=0, device="cuda:0")
+    on_1 = tuple(x.to("cuda:1").requires_grad_(x.is_floating_point() and i == 0) for i, x in enumerate(on_0))
+    op = losslab.variant(problem, variant)
+    with torch.cuda.device(0):
+        loss = op(*on_1)
+        loss.backward()
+    expected = op(*(x.clone().requires_grad_(i == 0) for i, x in enumerate(on_0)))
+    assert loss.device == torch.device("cuda:1") and on_1[0].grad.device == torch.device("cuda:1")
+    torch.testing.assert_close(loss.cpu(), expected.detach().cpu(), rtol=0, atol=0)
 
 
 SANITIZE = """

@@ -8,24 +8,24 @@ divides by the batch size B only, not by B * D.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
 
 from losslab import build
+from losslab.problems.base import HALF_AND_FLOAT, Cost, Problem, misaligned_view
+from losslab.problems.launch import forward_gradient, gradient_buffer, launch
 from losslab.validation import require_cuda, require_no_grad, require_tensor
-from losslab.problems import LADDER, Cost, Problem, misaligned_view
 
-HALF_AND_FLOAT = (torch.float32, torch.bfloat16, torch.float16)
-# Rungs with templated kernels take 16-bit inputs (math in fp32); the teaching rungs float32 only.
-TYPED = ("vectorized", "fused")
+KNOWN_DTYPES = HALF_AND_FLOAT  # what the rungs take between them (check_dtype narrows per rung)
 
 
 class KLDiv(Problem):
+    """KL divergence, batchmean, on (B, D) probability rows; the whole ladder, see :data:`LADDER`."""
+
     name = "kl_div"
     input_names = ("predictions", "targets")
-    variants = (*LADDER, "fused")
     sizes = {
         "seed": (16384, 16384),  # KernelBench's size: two 1 GiB inputs
         "small": (128, 4096),
@@ -45,20 +45,8 @@ class KLDiv(Problem):
         targets = torch.rand(rows, cols, generator=gen, device=device).softmax(-1)
         return predictions.to(dtype), targets.to(dtype)
 
-    def dtypes(self, variant):
-        return HALF_AND_FLOAT if variant in TYPED else (torch.float32,)
-
     def validate(self, predictions, targets) -> None:
-        require_tensor("predictions", predictions, dtypes=HALF_AND_FLOAT, ndim=2)
-        require_tensor("targets", targets, dtypes=HALF_AND_FLOAT, ndim=2)
-        if targets.shape != predictions.shape:
-            raise ValueError(f"targets: expected the shape of predictions {tuple(predictions.shape)}, "
-                             f"got {tuple(targets.shape)}")
-        if targets.dtype != predictions.dtype:
-            raise TypeError(f"targets: expected the dtype of predictions ({predictions.dtype}), "
-                            f"got {targets.dtype}")
-        require_no_grad("targets", targets)
-        require_cuda(predictions=predictions, targets=targets)
+        validate_inputs(predictions, targets)
 
     def cost(self, shape, direction, dtype=torch.float32) -> Cost:
         # forward: read p and t, write the 0-d loss; per element xlogy (mul),
@@ -102,51 +90,87 @@ class KLDiv(Problem):
         }
 
     def launch_forward(self, variant, inputs: Sequence[torch.Tensor], out=None, needs_grad=False, grad_out=None):
-        self.check_variant_name(variant)
-        predictions, targets = (x.contiguous() for x in inputs)
-        rows, cols = predictions.shape
-        row_partials = torch.empty(rows, device=predictions.device, dtype=torch.float32)
-        loss = torch.empty((), device=predictions.device, dtype=torch.float32)
-        ext = build.load_extension(self.name)
-        pointers = (predictions.data_ptr(), targets.data_ptr(), row_partials.data_ptr(), loss.data_ptr())
-        stream = torch.cuda.current_stream(predictions.device).cuda_stream
-        dtype = build.dtype_code(predictions.dtype)
-        if variant == "fused" and needs_grad:
-            grad = torch.empty_like(predictions) if grad_out is None else grad_out
-            ext.fused_forward(*pointers, grad.data_ptr(), rows, cols, dtype, stream)
-            saved = (grad,)
-        else:
-            if variant in TYPED:  # inference with fused: the vectorized forward, no gradient written
-                ext.vectorized_forward(*pointers, rows, cols, dtype, stream)
-            else:
-                getattr(ext, f"{variant}_forward")(*pointers, rows, cols, stream)
-            saved = (predictions, targets)
-        # the kernels accumulate and write the loss in fp32; it is returned in the inputs' dtype
-        if out is not None:
-            return out.copy_(loss), saved
-        return loss.to(predictions.dtype), saved
+        launcher, write_grad = self.rung(variant).forward_launcher(needs_grad)
+        return forward(build.load_extension(self.name), launcher, write_grad, *inputs, out=out, grad_out=grad_out)
 
     def launch_backward(self, variant, saved, grad_loss, out=None):
-        self.check_variant_name(variant)
-        ext = build.load_extension(self.name)
-        stream = torch.cuda.current_stream(saved[0].device).cuda_stream
-        grad_loss = grad_loss.to(device=saved[0].device, dtype=torch.float32).contiguous()
-        if variant == "fused":
-            (grad,) = saved  # written by the forward for grad_loss = 1; scaled in place here
-            if out is not None and out.data_ptr() != grad.data_ptr():
-                grad = out.copy_(grad)
-            ext.fused_backward(grad.data_ptr(), grad_loss.data_ptr(), grad.numel(),
-                               build.dtype_code(grad.dtype), stream)
-            return grad
+        rung = self.rung(variant)
+        return backward(build.load_extension(self.name), rung.backward, rung.writes_grad_in_forward, saved,
+                        grad_loss, out=out)
+
+
+# --- host code: one forward and one backward for every rung (exported solutions copy it) -------
+
+def validate_inputs(predictions, targets) -> None:
+    """Check types, dtypes, shapes and devices on the host, before any launch.
+
+    Raises:
+        TypeError: not a tensor, a dtype no rung takes, or targets of another dtype.
+        ValueError: not (B, D), empty, shapes differing, targets requiring grad, or
+            not both on one CUDA device.
+    """
+    require_tensor("predictions", predictions, dtypes=KNOWN_DTYPES, ndim=2)
+    require_tensor("targets", targets, dtypes=KNOWN_DTYPES, ndim=2)
+    if targets.shape != predictions.shape:
+        raise ValueError(f"targets: expected the shape of predictions {tuple(predictions.shape)}, "
+                         f"got {tuple(targets.shape)}")
+    if targets.dtype != predictions.dtype:
+        raise TypeError(f"targets: expected the dtype of predictions ({predictions.dtype}), "
+                        f"got {targets.dtype}")
+    require_no_grad("targets", targets)
+    require_cuda(predictions=predictions, targets=targets)
+
+
+def empty_state(predictions: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """What a forward writes for its backward besides the inputs: nothing (the backward reads
+    predictions and targets again)."""
+    return ()
+
+
+def forward(ext, launcher: str, write_grad: bool, predictions: torch.Tensor, targets: torch.Tensor,
+            out: torch.Tensor | None = None, grad_out: torch.Tensor | None = None,
+            ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+    """Run one rung's forward launcher (``launcher``, a name in ``ext``) on validated inputs.
+
+    Args:
+        predictions, targets: (B, D) of one dtype the rung takes, on one CUDA device, any
+            strides (made contiguous here).
+        write_grad: the rung writes dL/dp for grad_loss = 1 in this pass (into ``grad_out``
+            if given, else a fresh (B, D) tensor); only for a rung that fuses it.
+        out: optional 0-d tensor to write the loss into.
+    Returns the 0-d loss (the inputs' dtype unless ``out`` says otherwise) and what the
+    backward needs: the gradient alone if written, else (predictions, targets).
+    """
+    predictions, targets = predictions.contiguous(), targets.contiguous()
+    rows, cols = predictions.shape
+    device = predictions.device
+    row_partials = torch.empty(rows, device=device, dtype=torch.float32)
+    loss = torch.empty((), device=device, dtype=torch.float32)
+    grad = gradient_buffer(predictions, grad_out) if write_grad else None
+    launch(getattr(ext, launcher), device, predictions, targets, row_partials, loss, grad, rows, cols,
+           predictions.dtype)
+    saved = (predictions, targets) if grad is None else (grad,)
+    # the kernels accumulate and write the loss in fp32; it is returned in the inputs' dtype
+    return (loss.to(predictions.dtype) if out is None else out.copy_(loss)), saved
+
+
+def backward(ext, launcher: str, grad_in_forward: bool, saved: Sequence[torch.Tensor], grad_loss: torch.Tensor,
+             out: torch.Tensor | None = None) -> torch.Tensor:
+    """Run one rung's backward launcher: dL/dpredictions, (B, D) in the predictions' dtype,
+    scaled by the 0-d ``grad_loss`` (written into ``out`` if given).
+
+    ``saved`` is what :func:`forward` returned; ``grad_in_forward`` says it is the forward's
+    gradient, which the launcher then scales in place (no work when grad_loss is 1).
+    """
+    if grad_in_forward:
+        grad = forward_gradient(saved[0], out)
+        predictions = targets = None
+    else:
         predictions, targets = saved
-        rows, cols = predictions.shape
-        grad = torch.empty_like(predictions) if out is None else out
-        pointers = (predictions.data_ptr(), targets.data_ptr(), grad_loss.data_ptr(), grad.data_ptr())
-        if variant in TYPED:
-            ext.vectorized_backward(*pointers, rows, cols, build.dtype_code(predictions.dtype), stream)
-        else:
-            getattr(ext, f"{variant}_backward")(*pointers, rows, cols, stream)
-        return grad
+        grad = gradient_buffer(predictions, out)
+    grad_loss = grad_loss.to(device=grad.device, dtype=torch.float32).contiguous()
+    launch(getattr(ext, launcher), grad.device, predictions, targets, grad_loss, grad, *grad.shape, grad.dtype)
+    return grad
 
 
 PROBLEM = KLDiv()

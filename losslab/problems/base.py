@@ -1,0 +1,195 @@
+"""What every loss problem has: the :class:`Problem` base class, its :class:`Rung` table rows
+and :class:`Cost` model (the problems themselves are the sibling modules; see
+:mod:`losslab.problems`)."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+DIRECTIONS = ("forward", "backward", "forward_backward")
+FLOAT32 = (torch.float32,)
+HALF_AND_FLOAT = (torch.float32, torch.bfloat16, torch.float16)
+
+
+@dataclass(frozen=True)
+class Rung:
+    """One rung of a problem's ladder: the only place rungs are told apart.
+
+    Attributes:
+        name: the rung's name; its kernels are ``kernels/<problem>/<name>.cu`` and its
+            launchers ``<problem>_<name>_forward``/``_backward`` (bound without the prefix).
+        dtypes: input dtypes its kernels take (the teaching rungs float32 only; the
+            templated ones also bfloat16 and float16, with fp32 math).
+        writes_grad_in_forward: the forward also writes the gradient (for grad_loss = 1)
+            when one will be needed, and the backward only scales it in place, so it runs
+            once per forward.
+        inference: the rung whose forward runs when no gradient will be needed (a rung
+            that writes its gradient in the forward needs a buffer for it; inference
+            should not pay for one). None: its own.
+    """
+
+    name: str
+    dtypes: tuple[torch.dtype, ...] = FLOAT32
+    writes_grad_in_forward: bool = False
+    inference: str | None = None
+
+    @property
+    def forward(self) -> str:
+        """The bound name of its forward launcher."""
+        return f"{self.name}_forward"
+
+    def forward_launcher(self, needs_grad: bool) -> tuple[str, bool]:
+        """The bound forward launcher to run, and whether it writes the gradient: this rung's
+        when a gradient will be needed (or it writes none), else its ``inference`` rung's."""
+        if self.writes_grad_in_forward and not needs_grad:
+            return f"{self.inference or self.name}_forward", self.inference is None
+        return self.forward, self.writes_grad_in_forward
+
+    @property
+    def backward(self) -> str:
+        """The bound name of its backward launcher."""
+        return f"{self.name}_backward"
+
+
+# The ladder both problems climb; each rung fixes one named flaw of the one below.
+LADDER = (
+    Rung("naive"),
+    Rung("shared_memory"),
+    Rung("warp_shuffle"),
+    Rung("vectorized", dtypes=HALF_AND_FLOAT),
+    Rung("fused", dtypes=HALF_AND_FLOAT, writes_grad_in_forward=True, inference="vectorized"),
+)
+
+
+@dataclass(frozen=True)
+class Cost:
+    """The least work a kernel must do: each input read once, each output written once.
+
+    Attributes:
+        bytes_read, bytes_written: device-memory traffic in bytes.
+        flops: floating-point adds, multiplies and divides.
+        transcendentals: calls of log/exp (counted apart: they run on the
+            special-function units, not the FMA pipes).
+    """
+
+    bytes_read: int
+    bytes_written: int
+    flops: int
+    transcendentals: int
+
+    @property
+    def bytes(self) -> int:
+        return self.bytes_read + self.bytes_written
+
+    @property
+    def arithmetic_intensity(self) -> float:
+        """FLOP per byte of minimum traffic."""
+        return self.flops / self.bytes
+
+
+class Problem:
+    """Base class of a loss problem; subclasses fill in the loss-specific parts.
+
+    Inputs are a tuple of tensors in the reference's argument order; the
+    gradient is taken with respect to the first one (``predictions``).
+    """
+
+    name: str
+    input_names: tuple[str, ...]
+    rungs: tuple[Rung, ...] = LADDER
+    sizes: dict[str, tuple[int, int]]  # size name -> (rows, columns); "seed" is the default
+
+    @property
+    def variants(self) -> tuple[str, ...]:
+        """The rungs' names, in ladder order."""
+        return tuple(r.name for r in self.rungs)
+
+    def rung(self, variant: str) -> Rung:
+        """The row of the rung table called ``variant``.
+
+        Raises:
+            ValueError: no rung of that name (naming the ones there are).
+        """
+        for r in self.rungs:
+            if r.name == variant:
+                return r
+        raise ValueError(f"variant: {self.name} has no variant {variant!r}; "
+                         f"expected one of {', '.join(self.variants)}")
+
+    def reference(self, *inputs: torch.Tensor) -> torch.Tensor:
+        """The PyTorch definition of the loss (a 0-d tensor)."""
+        raise NotImplementedError
+
+    def make_inputs(self, shape: tuple[int, int], *, seed: int, device: str | torch.device = "cuda",
+                    dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, ...]:
+        """Random inputs of ``shape`` drawn from a generator seeded with ``seed``."""
+        raise NotImplementedError
+
+    def validate(self, *inputs: object) -> None:
+        """Raise TypeError/ValueError naming the argument if the inputs cannot run on a kernel."""
+        raise NotImplementedError
+
+    def cost(self, shape: tuple[int, int], direction: str,
+             dtype: torch.dtype = torch.float32) -> Cost:
+        """Minimum traffic and arithmetic of ``direction`` (one of DIRECTIONS) at ``shape``."""
+        raise NotImplementedError
+
+    def edge_cases(self, device: str | torch.device = "cuda") -> dict[str, tuple[torch.Tensor, ...]]:
+        """Named inputs where hand-written kernels usually go wrong, each with a one-line reason
+        as the key."""
+        raise NotImplementedError
+
+    def check_values(self, *inputs: torch.Tensor) -> None:
+        """Raise ValueError if the inputs' values cannot give a loss (e.g. a class index out of
+        range). It reads values back, so it waits for the GPU: the launches never call it;
+        strict mode (:func:`losslab.variant`) does, before every launch. None by default."""
+
+    def launch_forward(self, variant: str, inputs: Sequence[torch.Tensor], out: torch.Tensor | None = None,
+                       needs_grad: bool = False, grad_out: torch.Tensor | None = None,
+                       ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+        """Run ``variant``'s forward kernels on validated inputs.
+
+        Returns the 0-d loss (written into ``out`` if given) and the tensors the
+        backward needs. ``needs_grad`` says a backward will follow: a rung that
+        ``writes_grad_in_forward`` then also writes the gradient (into ``grad_out``
+        if given); without it, inference pays nothing for the gradient.
+        """
+        raise NotImplementedError
+
+    def launch_backward(self, variant: str, saved: Sequence[torch.Tensor], grad_loss: torch.Tensor,
+                        out: torch.Tensor | None = None) -> torch.Tensor:
+        """Run ``variant``'s backward kernels: the gradient w.r.t. the first input
+        (written into ``out`` if given), scaled by the 0-d ``grad_loss``."""
+        raise NotImplementedError
+
+    def reference_float64(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Loss and gradient w.r.t. the first input from the reference in float64, with
+        autograd; the yardstick every variant is checked against."""
+        upcast = [x.detach().double() if x.is_floating_point() else x for x in inputs]
+        upcast[0].requires_grad_(True)
+        loss = self.reference(*upcast)
+        (grad,) = torch.autograd.grad(loss, upcast[0])
+        return loss.detach(), grad
+
+    def dtypes(self, variant: str) -> tuple[torch.dtype, ...]:
+        """Input dtypes ``variant`` accepts (from the rung table)."""
+        return self.rung(variant).dtypes
+
+    def check_dtype(self, variant: str, predictions: torch.Tensor) -> None:
+        """Raise TypeError if ``variant`` has no kernels for ``predictions``' dtype."""
+        if predictions.dtype not in self.dtypes(variant):
+            allowed = ", ".join(str(d) for d in self.dtypes(variant))
+            raise TypeError(f"predictions: {self.name} {variant} takes dtype {allowed}, got {predictions.dtype}")
+
+    def check_variant_name(self, variant: str) -> None:
+        """Raise ValueError unless ``variant`` names a rung."""
+        self.rung(variant)
+
+
+def misaligned_view(x: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+    """A contiguous (rows, cols) view of ``x``'s storage starting one element in, so that
+    no row is 16-byte aligned and vector loads must take their slow path (an edge case).
+    ``x`` must hold at least rows * cols + 1 elements."""
+    return x.reshape(-1)[1:1 + rows * cols].view(rows, cols)

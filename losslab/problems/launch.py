@@ -1,0 +1,51 @@
+"""The one guarded launch path every problem's host code goes through.
+
+A bound launcher (``losslab/build/csrc/bind.h``) takes integers: data pointers, sizes,
+a DType code and the CUDA stream. :func:`launch` turns tensors, ``None`` and dtypes into
+those, makes the tensors' device current while it launches (a launch on another device
+than the current one would otherwise go to the wrong GPU), passes that device's current
+stream, and lets a launch error surface as the binding's RuntimeError.
+
+This module imports nothing but torch: ``losslab export`` copies it, with the problems'
+host functions, into single-file solutions, so that they launch exactly as the package does.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+# The DType codes of kernels/common/dtype.h.
+DTYPE_CODES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
+
+
+def launch(launcher: Callable[..., None], device: torch.device, *args: object) -> None:
+    """Call one bound launcher on ``device``, on its current stream.
+
+    Args:
+        launcher: a function of a problem's extension, e.g. ``ext.naive_forward``.
+        device: the CUDA device of the tensors (the launch runs with it current).
+        args: the launcher's arguments in declared order, less the trailing stream: a
+            tensor passes its data pointer, ``None`` a null pointer, a ``torch.dtype``
+            its DType code, an int itself.
+    Raises:
+        RuntimeError: the launcher returned a CUDA error (its message names the launcher).
+        KeyError: a dtype no launcher takes.
+    """
+    values = [arg.data_ptr() if isinstance(arg, torch.Tensor) else 0 if arg is None
+              else DTYPE_CODES[arg] if isinstance(arg, torch.dtype) else arg for arg in args]
+    with torch.cuda.device(device):
+        launcher(*values, torch.cuda.current_stream(device).cuda_stream)
+
+
+def gradient_buffer(like: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
+    """Where a gradient like ``like`` is written: ``out`` if given, else a fresh tensor."""
+    return torch.empty_like(like) if out is None else out
+
+
+def forward_gradient(saved_grad: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
+    """The buffer a rung that wrote its gradient in the forward scales in its backward:
+    the forward's (``saved_grad``), or ``out`` holding a copy of it."""
+    if out is not None and out.data_ptr() != saved_grad.data_ptr():
+        return out.copy_(saved_grad)
+    return saved_grad
