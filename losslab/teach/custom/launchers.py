@@ -42,11 +42,6 @@ class Param:
     def const(self) -> bool:
         return self.ctype.startswith("const ")
 
-    @property
-    def element(self) -> str:
-        """The pointed-to type without const: ``float``, ``int64_t``, ``void``."""
-        return self.ctype.removeprefix("const ").removesuffix("*").strip()
-
 
 @dataclass(frozen=True)
 class Launcher:
@@ -107,11 +102,6 @@ class Contract:
     def type_name(self, direction: str) -> str:
         """The function type launchers.h declares: ``<problem>_<direction>_fn``."""
         return f"{self.problem}_{direction}_fn"
-
-    def launcher(self, direction: str) -> Launcher:
-        if direction not in DIRECTIONS:
-            raise ValueError(f"direction: expected one of {', '.join(DIRECTIONS)}, got {direction!r}")
-        return self.forward if direction == "forward" else self.backward
 
 
 def _params(body: str) -> tuple[Param, ...]:
