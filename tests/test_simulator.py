@@ -206,3 +206,53 @@ def test_out_of_bounds_names_the_buffer():
     kernel = "__global__ void k(float* out, int64_t B) { if (threadIdx.x == 0) out[B + 2] = 0.0f; }\n"
     f = run_small(launcher(kernel)).results[0].failure
     assert (f.kind, f.buffer, f.elements, f.access) == ("out_of_bounds", "row_partials", 3, "write")
+
+
+# ---- the shipped rungs: kernels that pass on a GPU pass in the simulator ----------------------
+
+def rung_source(problem: str, rung: str) -> str:
+    """A custom variant whose launchers call the shipped rung's (its .cu included)."""
+    if problem == "kl_div":
+        fwd = ("const void* p, const void* t, float* r, float* l, void* g, int64_t B, int64_t D, DType d, "
+               "cudaStream_t s", "p, t, r, l, g, B, D, d, s")
+        bwd = ("const void* p, const void* t, const float* gl, void* g, int64_t B, int64_t D, DType d, cudaStream_t s",
+               "p, t, gl, g, B, D, d, s")
+    else:
+        fwd = ("const void* x, const int64_t* t, const int64_t* c, float* r, float* m, float* ls, float* l, void* g, "
+               "int64_t N, int64_t C, DType d, cudaStream_t s", "x, t, c, r, m, ls, l, g, N, C, d, s")
+        bwd = ("const void* x, const int64_t* t, const float* m, const float* ls, const int64_t* c, const float* gl, "
+               "void* g, int64_t N, int64_t C, DType d, cudaStream_t s", "x, t, m, ls, c, gl, g, N, C, d, s")
+    return (f'#include "{problem}/{rung}.cu"\n'
+            f"cudaError_t {problem}_custom_forward({fwd[0]}) {{ return {problem}_{rung}_forward({fwd[1]}); }}\n"
+            f"cudaError_t {problem}_custom_backward({bwd[0]}) {{ return {problem}_{rung}_backward({bwd[1]}); }}\n")
+
+
+@pytest.mark.parametrize("problem, rung", [(p, r) for p in ("kl_div", "cross_entropy")
+                                           for r in ("warp_shuffle", "vectorized", "fused")])
+def test_shipped_rung_matches_the_reference_forward_and_backward(problem, rung):
+    outcome = run.run(rung_source(problem, rung), problem, label=f"{rung}.cu")
+    assert outcome.compiled, outcome.compile_error
+    for r in outcome.results:
+        ref = cases.PROBLEMS[problem].reference(r.case)
+        assert r.failure is None and r.forward_status == 0 and r.backward_status == 0, (r.case.name, r.failure)
+        assert diagnose._close([r.loss], ref["loss"]) and diagnose._close(r.rows, ref["rows"]), r.case.name
+        assert diagnose._close(r.grad, ref["grad"]), r.case.name
+
+
+def test_a_wrong_backward_is_named():
+    source = (SOLUTIONS / "coalesce.cu").read_text() + (
+        "\n__global__ void g(const float* p, const float* t, float* grad, int64_t n) {\n"
+        "  int64_t i = blockIdx.x * 256 + threadIdx.x;\n"
+        "  if (i < n) grad[i] = -t[i] / p[i];  // forgets grad_loss / B\n}\n"
+        "cudaError_t kl_div_custom_backward(const void* p, const void* t, const float* gl, void* grad, int64_t B,"
+        " int64_t D, DType, cudaStream_t s) {\n"
+        "  g<<<(B * D + 255) / 256, 256, 0, s>>>((const float*)p, (const float*)t, (float*)grad, B * D);\n"
+        "  return cudaGetLastError();\n}\n")
+    g = diagnose.grade_on_cpu("coalesce", source)
+    assert not g.passed and g.messages[0].startswith("wrong gradient on 3 x 1000: element 0 is")
+
+
+def test_run_takes_your_own_inputs():
+    p = np.full((2, 5), 0.5, np.float32)
+    outcome = run.run(SOLUTIONS / "coalesce.cu", case_list=[cases.kl_div_case("mine", p, np.ones_like(p))])
+    assert outcome.results[0].rows == pytest.approx([5 * np.log(2)] * 2, rel=1e-6)

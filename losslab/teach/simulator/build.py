@@ -5,10 +5,11 @@
 dynamic shared memory, keeping every newline, so g++'s line numbers are the source's.
 ``build(problem, source, label)`` compiles the rewritten source with
 ``g++ -x c++ -std=c++17 -include cuda_sim.h -fsanitize=address,undefined -fno-sanitize-recover=all``
-and links it with the simulator, the problem's driver and ``kernels/common/*.cu`` (rewritten
-the same way, compiled once per content and cached under ``$LOSSLAB_CACHE/simulator`` or
-``~/.cache/losslab/simulator``). A compile error raises :class:`CompileError` whose text
-names the source by ``label`` with its own line numbers.
+and links it with the simulator, the problem's driver and the support kernels
+(:func:`support_sources`, rewritten the same way, compiled once per content and cached
+under ``$LOSSLAB_CACHE/simulator`` or ``~/.cache/losslab/simulator``). A compile error
+raises :class:`CompileError` whose text names the source by ``label`` with its own line
+numbers.
 """
 from __future__ import annotations
 
@@ -25,8 +26,7 @@ KERNELS = HERE.parents[2] / "kernels"
 CXX = os.environ.get("CXX_SIM", "g++")
 FLAGS = ("-std=c++17", "-O0", "-g", "-w", "-ffp-contract=off", "-fno-omit-frame-pointer",
          "-fsanitize=address,undefined", "-fno-sanitize-recover=all")
-# Sources linked into every problem's binary besides the participant's (custom.py links the same).
-EXTRA_SOURCES = {"kl_div": ("common",), "cross_entropy": ("common", "cross_entropy/valid_mean.cu")}
+PROBLEMS = ("kl_div", "cross_entropy")  # those with a driver under drivers/
 # The kernel's name before "<<<": qualified, with template arguments nested one level.
 _NAME_BEFORE = re.compile(r"([A-Za-z_]\w*(?:\s*::\s*[A-Za-z_]\w*)*"
                           r"(?:\s*<[^;{}()<>]*(?:<[^;{}()<>]*>[^;{}()<>]*)*>)?)\s*$")
@@ -124,6 +124,17 @@ def _atomic_dir(final: Path, fill) -> Path:
     return final
 
 
+def support_sources(kernels: Path, problem: str) -> list[Path]:
+    """The .cu files linked beside a participant's source, as a custom build links them:
+    ``common/*.cu`` and the problem's files that are not rungs (launchers.h's
+    ``<PROBLEM>_RUNGS`` list names the rungs), e.g. cross_entropy's count_targets.cu."""
+    launchers = (kernels / problem / "launchers.h").read_text()
+    rungs_line = re.search(r"#define\s+\w+_RUNGS\(X\)(.*)", launchers)
+    rungs = set(re.findall(r"X\((\w+)\)", rungs_line[1])) if rungs_line else set()
+    own = [p for p in sorted((kernels / problem).glob("*.cu")) if p.stem not in rungs]
+    return sorted((kernels / "common").glob("*.cu")) + own
+
+
 def _support(problem: str) -> Path:
     """The cached folder with the rewritten kernels/ tree and the objects every build links."""
     kernel_files = [p for p in KERNELS.rglob("*") if p.suffix in (".cu", ".cuh", ".h") and p.is_file()]
@@ -137,14 +148,16 @@ def _support(problem: str) -> Path:
             target.parent.mkdir(parents=True, exist_ok=True)
             text = path.read_text()
             target.write_text(rewrite(text) if path.suffix in (".cu", ".cuh") else text)
-        objects = [HERE / "cuda_sim.cpp", HERE / "drivers" / f"{problem}.cpp"]
-        for extra in EXTRA_SOURCES.get(problem, ("common",)):
-            found = sorted((mirror / extra).glob("*.cu")) if (mirror / extra).is_dir() else [mirror / extra]
-            objects += found
-        for i, src in enumerate(objects):
+        for i, src in enumerate((HERE / "cuda_sim.cpp", HERE / "drivers" / f"{problem}.cpp")):
             result = _compile(src, tmp / f"{i:02d}-{src.stem}.o", mirror)
             if result.returncode != 0:
                 raise SimulatorError(f"the simulator could not compile {src.name}:\n{result.stderr[-3000:]}")
+        skipped = []
+        for i, src in enumerate(support_sources(mirror, problem), start=2):
+            result = _compile(src, tmp / f"{i:02d}-{src.stem}.o", mirror)
+            if result.returncode != 0:  # a construct the simulator lacks: only a source that calls it fails
+                skipped.append(f"{src.relative_to(mirror)}: {(result.stderr.strip().splitlines() or [''])[0]}")
+        (tmp / "skipped.txt").write_text("\n".join(skipped))
 
     return _atomic_dir(final, fill)
 
@@ -157,9 +170,9 @@ def build(problem: str, source: str, label: str = "source.cu") -> Path:
         CompileError: g++ rejected the source or the link failed (text with ``label``'s lines).
         SimulatorError: g++ is missing, or the simulator's own files do not compile here.
     """
-    if problem not in EXTRA_SOURCES:
+    if problem not in PROBLEMS:
         raise ValueError(f"problem: the simulator has no driver for {problem!r}; expected one of "
-                         f"{', '.join(EXTRA_SOURCES)}")
+                         f"{', '.join(PROBLEMS)}")
     support = _support(problem)
     key = hashlib.sha256((label + "\0" + source).encode()).hexdigest()[:16]
     exe = support / "builds" / key / "sim"
@@ -176,7 +189,9 @@ def build(problem: str, source: str, label: str = "source.cu") -> Path:
         objects = sorted(str(p) for p in support.glob("*.o"))
         result = _run([CXX, *FLAGS, str(tmp / "source.o"), *objects, "-o", str(tmp / "sim")])
         if result.returncode != 0:
-            raise CompileError(_clean(result.stderr, support))
+            skipped = (support / "skipped.txt").read_text().strip()
+            note = f"\n(kernels the CPU simulator could not compile, so not linked:\n{skipped})" if skipped else ""
+            raise CompileError(_clean(result.stderr, support) + note)
 
     _atomic_dir(exe.parent, fill)
     return exe

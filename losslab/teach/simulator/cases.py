@@ -1,4 +1,5 @@
-"""The inputs the simulator runs a problem's launchers on, and their float64 references.
+"""The inputs the simulator runs a problem's launchers on, and their float64 references
+(kl_div and cross_entropy; ``PROBLEMS`` maps a problem to its :class:`ProblemSpec`).
 
 A :class:`Case` holds the inputs as they lie in memory: flat float32 storage with an offset
 in elements from a 16-byte boundary, so a misaligned view is one case among others.
@@ -17,6 +18,7 @@ kl_div's cases (``kl_div_cases()``):
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,9 +27,10 @@ import numpy as np
 @dataclass
 class Case:
     """One run of a problem's launchers: ``B`` x ``D`` inputs stored from ``offset_p`` and
-    ``offset_t`` elements after a 16-byte boundary (``p``, ``t``: the whole float32 storage,
-    offset included); ``grad_loss`` is the backward's upstream gradient; ``kind`` is
-    "standard" or "probe"."""
+    ``offset_t`` elements after a 16-byte boundary (``p``, ``t``: the whole storage, offset
+    included: float32 predictions and targets for kl_div; float32 logits and (N,) int64
+    targets for cross_entropy, where B, D are N, C); ``grad_loss`` is the backward's upstream
+    gradient; ``kind`` is "standard" or "probe"."""
 
     name: str
     B: int
@@ -76,6 +79,14 @@ def probe(D: int, positions: tuple[int, ...] | None = None, offset: int = 0) -> 
     return case
 
 
+def kl_div_case(name: str, predictions: np.ndarray, targets: np.ndarray, grad_loss: float = 1.0) -> Case:
+    """A case from your own (B, D) predictions and targets (converted to float32)."""
+    p, t = np.asarray(predictions, np.float32), np.asarray(targets, np.float32)
+    if p.ndim != 2 or p.shape != t.shape:
+        raise ValueError(f"predictions, targets: expected two (B, D) arrays of one shape, got {p.shape} and {t.shape}")
+    return Case(name, p.shape[0], p.shape[1], p.reshape(-1).copy(), t.reshape(-1).copy(), grad_loss=grad_loss)
+
+
 def kl_div_cases() -> list[Case]:
     """kl_div's standard cases then its probes (see the module's docstring)."""
     zeros = _random("targets with exact zeros (3 x 300)", 3, 300, seed=5)
@@ -121,4 +132,76 @@ def row_roles(case: Case) -> np.ndarray:
     return roles
 
 
-PROBLEMS = {"kl_div": (kl_div_cases, kl_div_reference)}
+def kl_div_manifest_line(i: int, case: Case, path: str) -> str:
+    """The driver's manifest line (drivers/kl_div.cpp)."""
+    return f"case{i} {case.B} {case.D} {case.offset_p} {case.offset_t} {case.grad_loss!r} {path}"
+
+
+IGNORE_INDEX = -100
+
+
+def cross_entropy_case(name: str, N: int, C: int, seed: int, offset: int = 0, ignored: int = 0) -> Case:
+    """Random logits (N, C) (``p``, float32, from ``offset``) and int64 targets (``t``), the
+    first ``ignored`` rows' targets set to ignore_index."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(0.0, 3.0, offset + N * C).astype(np.float32)
+    t = rng.integers(0, C, N).astype(np.int64)
+    t[:ignored] = IGNORE_INDEX
+    return Case(name, N, C, x, t, offset, 0, grad_loss=0.75)
+
+
+def cross_entropy_cases() -> list[Case]:
+    """cross_entropy's standard cases: aligned, odd width, one row of one class, a view one
+    element past a 16-byte boundary, large logits (an overflowing exp without the max), and
+    ignored rows."""
+    big = cross_entropy_case("large logits (2 x 300, up to 1e4)", 2, 300, seed=4)
+    big.p *= np.float32(3000.0)
+    return [
+        cross_entropy_case("3 x 1000", 3, 1000, seed=0),
+        cross_entropy_case("2 x 37 (odd width)", 2, 37, seed=1),
+        cross_entropy_case("1 x 1", 1, 1, seed=2),
+        cross_entropy_case("misaligned view (3 x 1000, one element past a 16-byte boundary)", 3, 1000, seed=3,
+                           offset=1),
+        big,
+        cross_entropy_case("ignored rows (5 x 300, rows 0 and 1 ignore_index)", 5, 300, seed=5, ignored=2),
+    ]
+
+
+def cross_entropy_reference(case: Case) -> dict[str, np.ndarray]:
+    """float64 ``rows`` (N,: NaN on an ignored row, where any value is accepted), ``loss``
+    (1,) = mean over valid rows, ``grad`` (N*C,) for ``case.grad_loss``."""
+    x = case.p[case.offset_p:].reshape(case.B, case.D).astype(np.float64)
+    t = case.t
+    valid = t != IGNORE_INDEX
+    m = x.max(axis=1, keepdims=True)
+    log_sum = np.log(np.exp(x - m).sum(axis=1, keepdims=True))
+    log_softmax = x - m - log_sum
+    rows = np.where(valid, -log_softmax[np.arange(case.B), np.where(valid, t, 0)], np.nan)
+    n_valid = max(int(valid.sum()), 1)
+    grad = np.exp(log_softmax)
+    grad[np.arange(case.B)[valid], t[valid]] -= 1.0
+    grad *= (case.grad_loss / n_valid) * valid[:, None]
+    return {"rows": rows, "loss": np.array([np.nansum(rows) / n_valid]), "grad": grad.reshape(-1)}
+
+
+def cross_entropy_manifest_line(i: int, case: Case, path: str) -> str:
+    """The driver's manifest line (drivers/cross_entropy.cpp)."""
+    return f"case{i} {case.B} {case.D} {case.offset_p} {case.grad_loss!r} {path}"
+
+
+@dataclass(frozen=True)
+class ProblemSpec:
+    """What the simulator needs of a problem: its cases, float64 reference and manifest line,
+    and the extra outputs its driver writes (name -> numpy dtype)."""
+
+    cases: Callable[[], list[Case]]
+    reference: Callable[[Case], dict[str, np.ndarray]]
+    manifest_line: Callable[[int, Case, str], str]
+    extra_outputs: tuple[tuple[str, type], ...] = ()
+
+
+PROBLEMS = {
+    "kl_div": ProblemSpec(kl_div_cases, kl_div_reference, kl_div_manifest_line),
+    "cross_entropy": ProblemSpec(cross_entropy_cases, cross_entropy_reference, cross_entropy_manifest_line,
+                                 (("row_max", np.float32), ("row_log_sum", np.float32), ("counts", np.int64))),
+}

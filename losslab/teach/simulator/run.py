@@ -53,7 +53,9 @@ class Failure:
 
 @dataclass
 class CaseResult:
-    """One case's outputs (float32 numpy; None where the run stopped before) and failure."""
+    """One case's outputs (numpy: ``loss``, ``rows`` the per-row sums or losses, ``grad`` the
+    backward's gradient, flat; ``extra`` e.g. cross_entropy's row_max; None where the run
+    stopped before) and failure."""
 
     case: case_lib.Case
     loss: float | None = None
@@ -62,6 +64,7 @@ class CaseResult:
     forward_status: int | None = None
     backward_status: int | None = None
     failure: Failure | None = None
+    extra: dict[str, np.ndarray | None] = field(default_factory=dict)  # a problem's other outputs
 
     @property
     def finished(self) -> bool:
@@ -97,12 +100,13 @@ def source_text(source: str | os.PathLike, label: str | None = None) -> tuple[st
     return str(source), label or "source.cu"
 
 
-def _write_manifest(folder: Path, case_list: list[case_lib.Case]) -> Path:
+def _write_manifest(folder: Path, case_list: list[case_lib.Case], spec: case_lib.ProblemSpec) -> Path:
     lines = [str(len(case_list))]
     for i, c in enumerate(case_list):
         data = folder / f"in{i}.bin"
-        data.write_bytes(c.p.astype(np.float32).tobytes() + c.t.astype(np.float32).tobytes())
-        lines.append(f"case{i} {c.B} {c.D} {c.offset_p} {c.offset_t} {c.grad_loss!r} {data}")
+        targets = c.t if c.t.dtype == np.int64 else c.t.astype(np.float32)
+        data.write_bytes(c.p.astype(np.float32).tobytes() + targets.tobytes())
+        lines.append(spec.manifest_line(i, c, str(data)))
     manifest = folder / "manifest.txt"
     manifest.write_text("\n".join(lines) + "\n")
     return manifest
@@ -172,14 +176,15 @@ def _parse_failure(stderr: str, buffers: list[dict], label: str) -> Failure:
                    **where, file=file, line=line, report=report)
 
 
-def _read_outputs(folder: Path, i: int, result: CaseResult) -> None:
-    def load(name):
+def _read_outputs(folder: Path, i: int, result: CaseResult, spec: case_lib.ProblemSpec) -> None:
+    def load(name, dtype=np.float32):
         path = folder / f"{i}.{name}.bin"
-        return np.fromfile(path, np.float32) if path.exists() else None
+        return np.fromfile(path, dtype) if path.exists() else None
 
     loss = load("loss")
     result.loss = float(loss[0]) if loss is not None and loss.size else None
     result.rows, result.grad = load("rows"), load("grad")
+    result.extra = {name: load(name, dtype) for name, dtype in spec.extra_outputs}
 
 
 def _run_from(exe: Path, manifest: Path, folder: Path, first: int, count: int, order: str, time_limit: float):
@@ -206,12 +211,13 @@ def run(source: str | os.PathLike, problem: str = "kl_div", case_list: list[case
         ValueError: unknown problem or order, or a source path that does not exist.
         build.SimulatorError: g++ is missing or the simulator does not build here.
     """
-    if problem not in case_lib.PROBLEMS:
+    if problem not in case_lib.PROBLEMS:  # checked before the build, which also knows the problems
         raise ValueError(f"problem: the simulator knows {', '.join(case_lib.PROBLEMS)}, got {problem!r}")
     if order not in ("forward", "reverse"):
         raise ValueError(f"order: expected 'forward' or 'reverse', got {order!r}")
     text, label = source_text(source, label)
-    case_list = case_lib.PROBLEMS[problem][0]() if case_list is None else case_list
+    spec = case_lib.PROBLEMS[problem]
+    case_list = spec.cases() if case_list is None else case_list
     try:
         exe = build.build(problem, text, label)
     except build.CompileError as err:
@@ -219,7 +225,7 @@ def run(source: str | os.PathLike, problem: str = "kl_div", case_list: list[case
     outcome = Outcome(label, True, results=[CaseResult(c) for c in case_list])
     with tempfile.TemporaryDirectory(prefix="losslab-sim-") as tmp:
         folder = Path(tmp)
-        manifest = _write_manifest(folder, case_list)
+        manifest = _write_manifest(folder, case_list, spec)
         first = 0
         while first < len(case_list):
             code, stdout, stderr = _run_from(exe, manifest, folder, first, len(case_list), order, time_limit)
@@ -235,7 +241,7 @@ def run(source: str | os.PathLike, problem: str = "kl_div", case_list: list[case
                 elif e["event"] == "case_end":
                     result = outcome.results[e["case"]]
                     result.forward_status, result.backward_status = e["forward_status"], e["backward_status"]
-                    _read_outputs(folder, e["case"], result)
+                    _read_outputs(folder, e["case"], result, spec)
                     current = e["case"] + 1
             if code == 0:
                 break
