@@ -97,9 +97,11 @@ def test_a_replaced_function_is_noticed(monkeypatch):
     monkeypatch.setattr(time, "perf_counter", lambda: 0.0)
     monkeypatch.setattr(torch.nn.functional, "kl_div", lambda *a, **k: torch.tensor(0.0))
     monkeypatch.setattr(torch.Tensor, "log", lambda self: self)  # inherited from the C base class
+    monkeypatch.setattr(problems.Problem, "reference_float64", lambda self, *inputs: None)  # the base class
     spec.reference = lambda *inputs: torch.tensor(0.0)
-    assert child.replaced(before, spec) == ["problem.reference", "time.perf_counter", "torch.Tensor.log",
-                                            "torch.cuda.Event.elapsed_time", "torch.nn.functional.kl_div"]
+    assert child.replaced(before, spec) == ["problem.reference", "problem.reference_float64", "time.perf_counter",
+                                            "torch.Tensor.log", "torch.cuda.Event.elapsed_time",
+                                            "torch.nn.functional.kl_div"]
 
 
 def test_importing_modules_is_not_tampering():
@@ -165,3 +167,23 @@ def test_timed_calls_get_fresh_inputs_and_their_outputs_are_checked():
     assert len(set(seen)) == 5  # the warm-up's inputs and four more: fresh inputs for each timed call
     summary = child.summarize(honest, child.sync_overhead_ms(flush))
     assert 0 < summary["event_ms"] <= summary["ms"] and summary["p10_ms"] <= summary["p90_ms"]
+
+
+def test_a_failure_of_the_evaluator_is_not_blamed_on_the_solution(tmp_path, monkeypatch):
+    """The child run in this process, on CPU, with one of its own steps broken."""
+    solution = tmp_path / "good.py"
+    solution.write_text("import torch.nn as nn, torch.nn.functional as F\n\n"
+                        "class ModelNew(nn.Module):\n"
+                        "    def forward(self, p, t):\n"
+                        "        return F.kl_div(p.log(), t, reduction='batchmean')\n")
+    config = dict(solution=str(solution), problem="kl_div", shape=[3, 100], dtype="bfloat16", trials=2, repeats=1,
+                  seed=0, compile=False, flush_bytes=0, result=str(tmp_path / "result.json"), device="cpu")
+    assert child.run(config)["status"] == "passed"
+
+    def broken(*args):
+        raise ZeroDivisionError("the evaluator's own bug")
+
+    monkeypatch.setattr(child, "relative_error", broken)
+    result = child.run(config)
+    assert result["status"] == "evaluator_error" and "in the evaluator at stage 'correctness'" in result["message"]
+    assert json.loads((tmp_path / "result.json").read_text())["status"] == "evaluator_error"
