@@ -60,6 +60,16 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
+
+
 def _size(text: str) -> str | tuple[int, int]:
     """A size name (checked per problem later) or ROWSxCOLUMNS with two positive integers."""
     names = {name for p in problems.names() for name in problems.get(p).sizes}
@@ -406,6 +416,7 @@ def cmd_pitfalls(args) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
+    """The command line's parser: one subparser per command, every value checked by its ``type``."""
     parser = _Parser(prog="losslab", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     sub.add_parser("list", help="problems, variants and sizes").set_defaults(fn=cmd_list)
@@ -448,7 +459,13 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--ncu", action="store_true",
                        help="also profile each kernel once with Nsight Compute (DRAM bytes, FP32 instructions)")
     bench.set_defaults(fn=cmd_bench)
+    _add_output_commands(sub)
+    _add_solution_commands(sub)
+    return parser
 
+
+def _add_output_commands(sub) -> None:
+    """roofline and report: what renders the records."""
     roofline = sub.add_parser("roofline", help="roofline figures (PNG) from the newest recorded results")
     roofline.add_argument("problems", nargs="*", type=_problem, metavar="problem",
                           help=f"any of: {', '.join(problems.names())} (default: all)")
@@ -463,6 +480,9 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--device", default=None, help="render the record of this device (a name or its slug)")
     report.set_defaults(fn=cmd_report)
 
+
+def _add_solution_commands(sub) -> None:
+    """export, evaluate and pitfalls."""
     export = sub.add_parser("export", help="write a single-file KernelBench solution (ModelNew) for a variant")
     export.add_argument("problem", type=_problem)
     export.add_argument("variant", help="a variant of the problem (python -m losslab list)")
@@ -477,7 +497,8 @@ def _parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--dtype", default="float32", choices=records.DTYPES)
     evaluate.add_argument("--trials", type=_positive_int, default=5, help="correctness trials on fresh seeded inputs")
     evaluate.add_argument("--repeats", type=_positive_int, default=20)
-    evaluate.add_argument("--timeout", type=float, default=600.0, help="seconds for the whole child, build included")
+    evaluate.add_argument("--timeout", type=_positive_seconds, default=600.0,
+                          help="seconds for the whole child, build included")
     evaluate.add_argument("--min-speedup", type=float, default=None, help="fail as too_slow below this speedup "
                           "over eager")
     evaluate.add_argument("--no-compile", action="store_true", help="skip timing torch.compile")
@@ -490,7 +511,6 @@ def _parser() -> argparse.ArgumentParser:
     pitfalls.add_argument("--results-dir", type=_output_folder, default=None,
                           help="folder of the records (default: reports/results/pitfalls)")
     pitfalls.set_defaults(fn=cmd_pitfalls)
-    return parser
 
 
 VALUE_OPTIONS = ("--size", "--repeats", "--trials", "--timeout", "--min-speedup")

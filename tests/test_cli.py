@@ -120,6 +120,8 @@ def test_no_memory_check_without_a_gpu(monkeypatch):
     (["evaluate", "losslab/ops.py", "--problem", "kl_div", "--trials", "0"],
      "losslab evaluate: --trials: expected a positive whole number, got '0'"),
     (["evaluate", "losslab/ops.py", "--problem", "kl_div", "--dtype", "float64"], "losslab evaluate: --dtype:"),
+    (["evaluate", "losslab/ops.py", "--problem", "kl_div", "--timeout", "0"],
+     "losslab evaluate: --timeout: expected a positive number of seconds, got '0'"),
     (["export", "kl_div", "turbo"], "losslab export: variant:"),
 ])
 def test_bad_values_are_rejected_before_any_gpu_work(argv, prefix, capsys, monkeypatch):
