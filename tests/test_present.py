@@ -191,6 +191,14 @@ def test_ceilings_table_names_device_and_datasheet(make_section):
     assert "recorded on NVIDIA H200" in table.plain and "datasheet (H200 SXM" in table.plain
 
 
+def test_html_shows_its_plain_form_as_text_and_carries_metadata():
+    """What a console or a text export of a notebook shows: the plain form, not the HTML source."""
+    from IPython.core.formatters import DisplayFormatter
+
+    data, metadata = DisplayFormatter().format(present_html.Html("<b>x</b>", plain="x", metadata={"k": 1}))
+    assert data["text/plain"] == "x" and data["text/html"] == "<b>x</b>" and metadata == {"k": 1}
+
+
 def test_html_table_is_public_and_formats_are_shared():
     page = present_html.table(["a", "b"], [["x", "1"]], caption="c", text_columns=1)
     assert "<caption" in page and 'text-align:right' in page

@@ -29,6 +29,10 @@ class Html(str):
     def _repr_mimebundle_(self, include=None, exclude=None):
         return {"text/html": str(self), "text/plain": self.plain}, self.metadata
 
+    def _repr_pretty_(self, printer, cycle):
+        # IPython's text/plain printer for str would win over the mimebundle's and show the HTML source
+        printer.text(self.plain)
+
 
 def table(head: list[str], body: list[list[str]], caption: str = "", text_columns: int = 1) -> str:
     """An HTML table. ``head`` and ``body`` cells are already-escaped HTML; the first
