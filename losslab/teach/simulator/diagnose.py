@@ -165,7 +165,17 @@ def _probe_messages(outcome: run_lib.Outcome, key: str, block_threads: int) -> l
             messages.append(lane)
         elif case.D != 256 and key == "vectorize":
             messages += _role_messages(case, w, block_threads)
+        elif case.D == 256 and key != "vectorize":
+            messages.append(_weights_message(case.positions, w))
     return list(dict.fromkeys(messages))
+
+
+def _weights_message(positions, w: np.ndarray) -> str:
+    """The fallback: how often some elements of a row were added, to compare with once."""
+    wrong = [(pos, x) for pos, x in zip(positions, w, strict=True) if x != 1][:5]
+    listed = ", ".join(f"element {pos}: {x:g}" for pos, x in wrong)
+    return (f"elements of a row are added the wrong number of times ({listed}): each element must be added "
+            f"exactly once; check where each thread's loop starts and how far it steps")
 
 
 def _zero_message(key: str) -> str:
@@ -206,7 +216,21 @@ def _ratio_message(outcome: run_lib.Outcome, references, block_threads: int) -> 
     if ratios and block_threads > 1 and all(abs(x / block_threads - 1) < 0.01 for x in ratios):
         return (f"the loss is {block_threads}x too large: each thread sums the whole row (thread k must start at "
                 f"element k and step by blockDim.x = {block_threads})")
+    if (len(ratios) > 1 and ratios[0] != 0 and np.isfinite(ratios[0]) and abs(ratios[0] - 1) > 0.01
+            and all(abs(x / ratios[0] - 1) < 0.01 for x in ratios)):
+        return f"the loss is {ratios[0]:.4g}x the reference on every case: a wrong factor (the division by B?)"
     return None
+
+
+def _second_stage_message(wrong) -> str | None:
+    """Every row right and the loss wrong: the step from row sums to the loss."""
+    if not all(_close(r.rows, ref["rows"]) for r, ref in wrong):
+        return None
+    if all(ref["loss"][0] and abs(r.loss / ref["loss"][0] / r.case.B - 1) < 1e-3 for r, ref in wrong):
+        return "every row's sum is right but the loss is B times too large: divide the sum of the rows by B"
+    r, ref = wrong[0]
+    return (f"every row's sum is right but the loss is not ({r.loss:.6g} instead of {ref['loss'][0]:.6g} on "
+            f"{r.case.name}): the step from row sums to the loss (sum / B) is wrong")
 
 
 def _race_message(outcome: run_lib.Outcome, source: str, problem: str, label: str) -> str | None:
@@ -226,7 +250,7 @@ def _value_messages(outcome, references, key, source, problem) -> list[str]:
     wrong = [(r, ref) for r, ref in zip(outcome.results, references, strict=True) if r.finished and _wrong(r, ref)]
     if not wrong:
         return []
-    messages = [m for m in (_ratio_message(outcome, references, block_threads),) if m]
+    messages = [m for m in (_ratio_message(outcome, references, block_threads), _second_stage_message(wrong)) if m]
     messages += [m for m in _probe_messages(outcome, key, block_threads) if not messages or "whole row" not in m]
     race = _race_message(outcome, source, problem, outcome.label)
     if race:

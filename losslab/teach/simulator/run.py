@@ -176,6 +176,18 @@ def _parse_failure(stderr: str, buffers: list[dict], label: str) -> Failure:
                    **where, file=file, line=line, report=report)
 
 
+def _events(stdout: str) -> list[dict]:
+    """The driver's JSON lines (a kernel's own printf output is skipped)."""
+    events = []
+    for line in stdout.splitlines():
+        if line.startswith('{"event": '):
+            try:
+                events.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return events
+
+
 def _read_outputs(folder: Path, i: int, result: CaseResult, spec: case_lib.ProblemSpec) -> None:
     def load(name, dtype=np.float32):
         path = folder / f"{i}.{name}.bin"
@@ -229,7 +241,7 @@ def run(source: str | os.PathLike, problem: str = "kl_div", case_list: list[case
         first = 0
         while first < len(case_list):
             code, stdout, stderr = _run_from(exe, manifest, folder, first, len(case_list), order, time_limit)
-            events = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+            events = _events(stdout)
             current, buffers = first, []
             for e in events:
                 if e["event"] == "case_begin":
