@@ -31,7 +31,8 @@ def require_cuda(**tensors: torch.Tensor) -> None:
         if tensor.device.type != "cuda":
             raise ValueError(f"{name}: expected a CUDA tensor, got a tensor on {tensor.device} "
                              f"(move it with .cuda())")
-    if len({t.device for t in tensors.values()}) > 1:
+    devices = [t.device for t in tensors.values()]
+    if any(device != devices[0] for device in devices[1:]):  # a list, not a set: torch.compile traces it
         listed = ", ".join(f"{name} on {t.device}" for name, t in tensors.items())
         raise ValueError(f"expected all inputs on one device, got {listed}")
 

@@ -64,8 +64,9 @@ __device__ __forceinline__ bool target_in_range(int64_t target, int64_t C) {
 
 // One row's loss, logsumexp(x) - x[target] with logsumexp = max + log_sum.
 // An ignored row's loss is 0 (the mean leaves it out of the count too). A
-// target outside [0, C) gives NaN and is never used as an index, so a launch
-// that skipped the host's range check still reads nothing out of bounds.
+// target outside [0, C) gives NaN and is never used as an index: the loss says
+// so without the host ever waiting for a range check, and nothing is read out
+// of bounds.
 template <typename T>
 __device__ __forceinline__ float row_loss(const T* x,  // (C,) this row's logits
                                           int64_t target, int64_t C, float max, float log_sum) {

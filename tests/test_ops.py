@@ -1,0 +1,251 @@
+"""The rungs as torch.library operators (losslab.ops).
+
+cpu tier: every operator's schema (what it mutates), its fake implementation on ``meta``
+tensors (shapes, dtypes, autograd through the fakes), and, with stand-in CPU kernels
+registered for a few operators (the math of the reference in torch), ``opcheck`` and
+``torch.compile(fullgraph=True)`` forward and backward through the traced path.
+gpu tier: ``opcheck`` of every operator on its CUDA kernels, ``torch.compile(fullgraph=True)``
+of each loss, CUDA-graph capture and replay of forward and backward, and the host returning
+before the kernels end.
+"""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import losslab
+from losslab import ops, problems
+
+PAIRS = losslab.all_variants()
+HALF_AND_FLOAT = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def meta_inputs(problem, rows=8, cols=16, dtype=torch.float32):
+    predictions = torch.empty(rows, cols, device="meta", dtype=dtype)
+    if problem == "cross_entropy":
+        return predictions, torch.empty(rows, device="meta", dtype=torch.int64)
+    return predictions, torch.empty(rows, cols, device="meta", dtype=dtype)
+
+
+# --- cpu tier: schemas and fakes ---------------------------------------------------------------
+
+@pytest.mark.parametrize("problem, variant", PAIRS)
+def test_every_rung_has_its_operators_and_none_mutates(problem, variant):
+    rung_ops = ops.OPS[(problem, variant)]
+    names = [rung_ops.forward, rung_ops.backward]
+    if problems.get(problem).rung(variant).writes_grad_in_forward:
+        names.append(rung_ops.forward_grad)
+    else:
+        assert rung_ops.forward_grad is None
+    for op in names:
+        assert op.name().startswith(f"losslab::{problem}_{variant}_")
+        assert not op._schema.is_mutable and all(a.alias_info is None for a in op._schema.arguments)
+
+
+@pytest.mark.parametrize("problem, variant", PAIRS)
+@pytest.mark.parametrize("dtype", HALF_AND_FLOAT)
+def test_fake_forward_and_backward_give_the_kernels_shapes_and_dtypes(problem, variant, dtype):
+    rung_ops = ops.OPS[(problem, variant)]
+    predictions, targets = meta_inputs(problem, dtype=dtype)
+    out = rung_ops.forward(predictions, targets)
+    loss = out[0] if isinstance(out, tuple) else out
+    assert loss.shape == () and loss.dtype == dtype and loss.device.type == "meta"
+    state = out[1:] if isinstance(out, tuple) else ()
+    if problem == "cross_entropy":
+        assert [(s.shape, s.dtype) for s in state] == [((8,), torch.float32), ((8,), torch.float32),
+                                                       ((2,), torch.int64)]
+    grad = rung_ops.backward(predictions, targets, *state, torch.empty((), device="meta"))
+    assert grad.shape == predictions.shape and grad.dtype == dtype
+    if rung_ops.forward_grad is not None:
+        loss, grad = rung_ops.forward_grad(predictions, targets)
+        assert loss.shape == () and grad.shape == predictions.shape and grad.is_contiguous()
+
+
+@pytest.mark.parametrize("problem, variant", PAIRS)
+def test_autograd_runs_through_the_fakes(problem, variant):
+    """The traced path (as torch.compile calls it) on meta tensors: the forward that writes the
+    gradient when one is needed, and a backward that gives the predictions a gradient."""
+    predictions, targets = meta_inputs(problem)
+    predictions.requires_grad_(True)
+    rung_ops = ops.OPS[(problem, variant)]
+    forward = rung_ops.forward_grad if rung_ops.forward_grad is not None else rung_ops.forward
+    out = forward(predictions, targets)
+    loss = out[0] if isinstance(out, tuple) else out
+    assert loss.requires_grad
+    (grad,) = torch.autograd.grad(loss, predictions)
+    assert grad.shape == predictions.shape
+
+
+def test_strict_mode_comes_from_the_environment(monkeypatch):
+    monkeypatch.delenv(ops.STRICT_ENV, raising=False)
+    assert not ops.strict_default()
+    monkeypatch.setenv(ops.STRICT_ENV, "1")
+    assert ops.strict_default()
+    monkeypatch.setenv(ops.STRICT_ENV, "0")
+    assert not ops.strict_default()
+
+
+# --- cpu tier: stand-in CPU kernels, to test the plumbing without a GPU --------------------------
+
+def _kl_loss(p, t):
+    return F.kl_div(p.log(), t, reduction="batchmean").to(p.dtype)
+
+
+def _kl_grad(p, t, grad_loss):
+    return (-t / (p * p.shape[0]) * grad_loss).to(p.dtype)
+
+
+@pytest.fixture(scope="module")
+def cpu_kernels():
+    """CPU kernels for kl_div's vectorized and fused operators: the reference's math in torch."""
+    library = torch.library.Library("losslab", "IMPL")
+    library.impl("kl_div_vectorized_forward", lambda p, t: _kl_loss(p, t), "CPU")
+    library.impl("kl_div_vectorized_backward", lambda p, t, g: _kl_grad(p, t, g), "CPU")
+    library.impl("kl_div_fused_forward", lambda p, t: _kl_loss(p, t), "CPU")
+    library.impl("kl_div_fused_backward", lambda p, t, g: _kl_grad(p, t, g), "CPU")
+    library.impl("kl_div_fused_forward_grad", lambda p, t: (_kl_loss(p, t), _kl_grad(p, t, 1.0).contiguous()),
+                 "CPU")
+    yield
+    library._destroy()
+
+
+@pytest.mark.parametrize("variant", ["vectorized", "fused"])
+def test_opcheck_with_cpu_kernels(cpu_kernels, variant):
+    """Schema, fake-tensor, autograd-registration and AOT-dispatch checks of the operators'
+    registrations (the gpu tier repeats them on the real kernels)."""
+    p, t = problems.get("kl_div").make_inputs((6, 40), seed=0, device="cpu")
+    rung_ops = ops.OPS[("kl_div", variant)]
+    torch.library.opcheck(rung_ops.forward, (p.clone().requires_grad_(True), t))
+    torch.library.opcheck(rung_ops.backward, (p, t, torch.tensor(0.5)))
+    if rung_ops.forward_grad is not None:
+        torch.library.opcheck(rung_ops.forward_grad, (p.clone().requires_grad_(True), t))
+
+
+@pytest.mark.parametrize("variant", ["vectorized", "fused"])
+def test_compile_fullgraph_forward_and_backward_with_cpu_kernels(cpu_kernels, variant):
+    torch._dynamo.reset()
+    rung_ops = ops.OPS[("kl_div", variant)]
+    p, t = problems.get("kl_div").make_inputs((6, 40), seed=0, device="cpu")
+    compiled = torch.compile(lambda x, y: rung_ops(x, y) * 3.0, fullgraph=True, backend="aot_eager")
+    leaf = p.clone().requires_grad_(True)
+    loss = compiled(leaf, t)
+    loss.backward()
+    expected = p.clone().double().requires_grad_(True)
+    (F.kl_div(expected.log(), t.double(), reduction="batchmean") * 3.0).backward()
+    torch.testing.assert_close(loss.double(), F.kl_div(p.double().log(), t.double(), reduction="batchmean") * 3)
+    torch.testing.assert_close(leaf.grad.double(), expected.grad, rtol=1e-5, atol=1e-7)
+
+
+# --- gpu tier ------------------------------------------------------------------------------------
+
+def cuda_inputs(problem, shape=(65, 1001), dtype=torch.float32):
+    return problems.get(problem).make_inputs(shape, seed=0, dtype=dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("problem, variant", PAIRS)
+def test_opcheck_every_operator(problem, variant):
+    rung_ops = ops.OPS[(problem, variant)]
+    predictions, targets = cuda_inputs(problem)
+    torch.library.opcheck(rung_ops.forward, (predictions.clone().requires_grad_(True), targets))
+    out = rung_ops.forward(predictions, targets)
+    state = out[1:] if isinstance(out, tuple) else ()
+    torch.library.opcheck(rung_ops.backward, (predictions, targets, *state, torch.tensor(0.5, device="cuda")))
+    if rung_ops.forward_grad is not None:
+        torch.library.opcheck(rung_ops.forward_grad, (predictions.clone().requires_grad_(True), targets))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("problem, variant", PAIRS)
+def test_compile_fullgraph_forward_and_backward(problem, variant):
+    torch._dynamo.reset()
+    spec = problems.get(problem)
+    predictions, targets = cuda_inputs(problem)
+    loss_fn = losslab.variant(problem, variant)
+    compiled = torch.compile(lambda x, y: loss_fn(x, y) * 2.0, fullgraph=True)
+    leaf = predictions.clone().requires_grad_(True)
+    loss = compiled(leaf, targets)
+    loss.backward()
+    loss64, grad64 = spec.reference_float64(predictions, targets)
+    torch.testing.assert_close(loss.double(), loss64 * 2, rtol=1e-5, atol=0)
+    torch.testing.assert_close(leaf.grad.double(), grad64 * 2, rtol=1e-4, atol=1e-6 * grad64.abs().max().item())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("problem, variant", PAIRS)
+def test_cuda_graph_captures_and_replays_forward_and_backward(problem, variant):
+    spec = problems.get(problem)
+    predictions, targets = cuda_inputs(problem)
+    loss_fn = losslab.variant(problem, variant)
+    static = predictions.clone().requires_grad_(True)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm up (builds, allocator) outside the capture
+        for _ in range(2):
+            static.grad = None
+            loss_fn(static, targets).backward()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    static.grad = None
+    with torch.cuda.graph(graph):
+        static_loss = loss_fn(static, targets)
+        static_loss.backward()
+    fresh = spec.make_inputs((65, 1001), seed=1)[0]
+    with torch.no_grad():
+        static.copy_(fresh)
+    graph.replay()
+    torch.cuda.synchronize()
+    loss64, grad64 = spec.reference_float64(fresh, targets)
+    torch.testing.assert_close(static_loss.double(), loss64, rtol=1e-5, atol=0)
+    torch.testing.assert_close(static.grad.double(), grad64, rtol=1e-4, atol=1e-6 * grad64.abs().max().item())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("problem, variant", PAIRS)
+def test_the_host_returns_before_the_kernels_end(problem, variant):
+    """No host synchronisation: queue a long sleep kernel, then the loss; the host is back
+    while the GPU still sleeps (an event recorded after the loss has not completed)."""
+    predictions, targets = cuda_inputs(problem)
+    loss_fn = losslab.variant(problem, variant)
+    loss_fn(predictions.clone().requires_grad_(True), targets).backward()  # build and warm up
+    torch.cuda.synchronize()
+    leaf = predictions.clone().requires_grad_(True)
+    torch.cuda._sleep(int(2e9))  # about a second of GPU cycles
+    loss = loss_fn(leaf, targets)
+    loss.backward()
+    done = torch.cuda.Event()
+    done.record()
+    assert not done.query(), "the host waited for the GPU inside the loss"
+    torch.cuda.synchronize()
+    assert leaf.grad is not None and loss.isfinite()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("problem, variant", PAIRS)
+def test_host_time_per_call(problem, variant, capsys):
+    """Python + dispatch + launch per call, 200 calls back to back at a launch-bound size
+    (128 x 4096), printed for the record; the goal is 20 us, the bound here leaves room
+    for a slow or busy host."""
+    import time
+
+    predictions, targets = cuda_inputs(problem, shape=(128, 4096))
+    loss_fn = losslab.variant(problem, variant)
+    leaf = predictions.clone().requires_grad_(True)
+    for _ in range(20):
+        loss_fn(predictions, targets)
+        loss_fn(leaf, targets).backward()
+    torch.cuda.synchronize()
+    calls = 200
+    start = time.perf_counter()
+    for _ in range(calls):
+        loss_fn(predictions, targets)
+    forward_us = (time.perf_counter() - start) / calls * 1e6
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        loss_fn(leaf, targets).backward()
+    both_us = (time.perf_counter() - start) / calls * 1e6
+    torch.cuda.synchronize()
+    with capsys.disabled():
+        print(f"\nhost time per call {problem} {variant}: forward {forward_us:.1f} us, "
+              f"forward+backward {both_us:.1f} us")
+    assert forward_us < 60
