@@ -69,7 +69,8 @@ def as_section(section: records.Section | dict | None) -> records.Section | None
 
 def load_results(problem: str, *, device: str | None = None, size: str = "seed",
                  variants: list[str] | None = None, repeats: int = 20, live: bool | None = None,
-                 results_dir: Path | str | None = None, ncu: bool = False) -> records.Section | None:
+                 results_dir: Path | str | None = None, ncu: bool = False,
+                 checks: bool = True) -> records.Section | None:
     """One problem's results at one shape and dtype: measured now on the GPU, or else the newest record.
 
     Args:
@@ -82,6 +83,7 @@ def load_results(problem: str, *, device: str | None = None, size: str = "seed",
             is visible (and is ``device``, if one is named).
         results_dir: the folder of records (default ``reports/results/``).
         ncu: a live run also profiles each kernel once with Nsight Compute.
+        checks: a live run also checks every variant against float64 first (minutes at all sizes).
 
     Returns the Section (``source`` "live" or "recorded"; recorded: the seed size in float32
     when held, see ``Section.view``); None when not live and nothing is recorded for
@@ -103,7 +105,7 @@ def load_results(problem: str, *, device: str | None = None, size: str = "seed",
         if here is None:
             raise RuntimeError("live=True needs a CUDA GPU and none is visible here; "
                                "use live=None or False to render the recorded results")
-        return records.measure_section(problem, size, variants, repeats=repeats, ncu=ncu).view()
+        return records.measure_section(problem, size, variants, repeats=repeats, ncu=ncu, check=checks).view()
     try:
         section = records.latest_section(problem, device, Path(results_dir) if results_dir else records.RESULTS_DIR)
     except LookupError:
