@@ -94,7 +94,7 @@ def fixture_section(problem: str = "kl_div", device: str = "Fixture GPU", fresh:
               for v in spec.variants for case in cases for d in ("forward", "backward")]
     checks[1] = CheckResult(problem, "naive", cases[0], (3, 1000), "backward", 1.0, 1e-6, False, "fixture failure")
     return {"device": device, "date": "2000-01-01T00:00:00+00:00", "torch": "fixture", "cuda": "fixture",
-            "kernels_sha256": records.kernels_sha256(problem) if fresh else "0" * 64, "shape": list(shape),
+            "kernels_sha256": records.sources_sha256(problem) if fresh else "0" * 64, "shape": list(shape),
             "dtype": "float32", "repeats": 20, "bandwidth_gbps": dict(FIXTURE_BANDWIDTH_GBPS),
             "rows": [r.as_dict() for r in rows], "checks": [c.as_dict() for c in checks]}
 
