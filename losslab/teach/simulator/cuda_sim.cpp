@@ -8,6 +8,77 @@
 #include <sanitizer/asan_interface.h>
 #endif
 
+// ---- fiber contexts: a hand-written switch on x86-64 (no system call, no sanitizer
+// interceptor: ucontext's swapcontext costs two sigprocmask calls a switch), ucontext elsewhere.
+#if defined(__x86_64__) && !defined(CUDA_SIM_UCONTEXT)
+extern "C" void cuda_sim_switch(void** save_sp, void* load_sp);
+// Saves the callee-saved registers, MXCSR and the x87 control word on the current stack and
+// the stack pointer in *save_sp, then restores the same from load_sp.
+asm(R"(
+    .text
+    .globl cuda_sim_switch
+    .type cuda_sim_switch, @function
+cuda_sim_switch:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    subq $8, %rsp
+    stmxcsr (%rsp)
+    fnstcw 4(%rsp)
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    ldmxcsr (%rsp)
+    fldcw 4(%rsp)
+    addq $8, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .size cuda_sim_switch, .-cuda_sim_switch
+)");
+
+namespace cuda_sim {
+namespace {
+struct Context { void* sp = nullptr; };
+
+// A new context whose first switch "returns" into entry with the stack aligned as after a call.
+void context_init(Context& c, char* stack, size_t size, void (*entry)()) {
+    auto* top = reinterpret_cast<uint64_t*>(reinterpret_cast<uintptr_t>(stack + size) & ~uintptr_t(15));
+    top[-1] = 0;                                      // entry's return address: none (ends backtraces)
+    top[-2] = reinterpret_cast<uint64_t>(entry);      // where the switch's ret goes
+    for (int k = 3; k <= 8; ++k) top[-k] = 0;         // rbp (0 ends frame-pointer walks), rbx, r12-r15
+    top[-9] = 0x1F80u | (uint64_t(0x037Fu) << 32);    // default MXCSR, x87 control word
+    c.sp = top - 9;
+}
+void context_switch(Context& from, Context& to) { cuda_sim_switch(&from.sp, to.sp); }
+}  // namespace
+}  // namespace cuda_sim
+#else
+namespace cuda_sim {
+namespace {
+struct Context { ucontext_t uc; };
+void context_init(Context& c, char* stack, size_t size, void (*entry)()) {
+    getcontext(&c.uc);
+    c.uc.uc_stack.ss_sp = stack;
+    c.uc.uc_stack.ss_size = size;
+    c.uc.uc_link = nullptr;
+    makecontext(&c.uc, entry, 0);
+    // AddressSanitizer's swapcontext clears the shadow of the whole target stack on every
+    // switch; the fiber annotations make that needless.
+    c.uc.uc_stack.ss_sp = nullptr;
+    c.uc.uc_stack.ss_size = 0;
+}
+void context_switch(Context& from, Context& to) { swapcontext(&from.uc, &to.uc); }
+}  // namespace
+}  // namespace cuda_sim
+#endif
+
 uint3 threadIdx{0, 0, 0}, blockIdx{0, 0, 0};
 dim3 blockDim, gridDim;
 
@@ -17,7 +88,7 @@ namespace {
 enum class State { runnable, at_barrier, at_warp, done };
 
 struct Fiber {
-    ucontext_t ctx;
+    Context ctx;
     State state = State::done;
     uint3 tid{0, 0, 0};
     void* fake_stack = nullptr;  // AddressSanitizer's bookkeeping for the fiber switch
@@ -42,7 +113,7 @@ constexpr int MAX_THREADS = 1024;
 std::vector<Fiber> fibers;
 std::vector<WarpPending> warps;
 char* stacks = nullptr;
-ucontext_t scheduler;
+Context scheduler;
 void* scheduler_fake_stack = nullptr;
 const void* main_stack_bottom = nullptr;
 size_t main_stack_size = 0;
@@ -90,7 +161,7 @@ int linear(uint3 t) { return int(t.x + blockDim.x * (t.y + blockDim.y * t.z)); }
 void yield_to_scheduler() {
     Fiber& f = fibers[current];
     start_switch(&f.fake_stack, main_stack_bottom, main_stack_size);
-    swapcontext(&f.ctx, &scheduler);
+    context_switch(f.ctx, scheduler);
     finish_switch(f.fake_stack, nullptr, nullptr);
 }
 
@@ -119,14 +190,15 @@ void fiber_entry() {
     body_fn(body_arg);
     on_exit();
     start_switch(nullptr, main_stack_bottom, main_stack_size);  // this fiber's frames are gone for good
-    setcontext(&scheduler);
+    Context gone;
+    context_switch(gone, scheduler);  // never resumed
 }
 
 void switch_to(int i) {
     current = i;
     threadIdx = fibers[i].tid;
     start_switch(&scheduler_fake_stack, stack_of(i), STACK);
-    swapcontext(&scheduler, &fibers[i].ctx);
+    context_switch(scheduler, fibers[i].ctx);
     finish_switch(scheduler_fake_stack, nullptr, nullptr);
     current = -1;
 }
@@ -162,15 +234,7 @@ void run_block(int n) {
         // poisoned; every deeper frame returned and unpoisoned itself.
         __asan_unpoison_memory_region(stack_of(i) + STACK - 16 * 1024, 16 * 1024);
 #endif
-        getcontext(&f.ctx);
-        f.ctx.uc_stack.ss_sp = stack_of(i) + 4096;  // the lowest page is a guard
-        f.ctx.uc_stack.ss_size = STACK - 4096;
-        f.ctx.uc_link = nullptr;
-        makecontext(&f.ctx, fiber_entry, 0);
-        // AddressSanitizer's swapcontext clears the shadow of the whole target stack on every
-        // switch (256 KiB a time: most of the run); the fiber annotations make that needless.
-        f.ctx.uc_stack.ss_sp = nullptr;
-        f.ctx.uc_stack.ss_size = 0;
+        context_init(f.ctx, stack_of(i) + 4096, STACK - 4096, fiber_entry);  // the lowest page is a guard
     }
     while (live > 0) {
         bool ran = false;

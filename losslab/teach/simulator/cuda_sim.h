@@ -4,10 +4,10 @@
 // launch `k<<<grid, block, smem, stream>>>(args)` into
 // `::cuda_sim::launch(#k, ::cuda_sim::config(grid, block, smem, stream), k, args)`.
 //
-// Model: a launch runs its blocks one after another; a block's threads are fibers
-// (ucontext, one stack each) on one OS thread. A fiber runs until it reaches a barrier
-// (__syncthreads), a warp collective (__shfl_*_sync, __syncwarp, __ballot_sync...) or its
-// end; the scheduler then runs the next fiber. So:
+// Model: a launch runs its blocks one after another; a block's threads are fibers (one
+// stack each, switched by hand on x86-64, by ucontext elsewhere) on one OS thread. A fiber
+// runs until it reaches a barrier (__syncthreads), a warp collective (__shfl_*_sync,
+// __syncwarp, __ballot_sync...) or its end; the scheduler then runs the next fiber. So:
 //   - __shared__ is `static`: blocks never overlap, so one static object is exactly one
 //     block's shared memory (it keeps the previous block's values, as uninitialised shared
 //     memory may on a GPU);

@@ -250,11 +250,11 @@ def _value_messages(outcome, references, key, source, problem) -> list[str]:
     wrong = [(r, ref) for r, ref in zip(outcome.results, references, strict=True) if r.finished and _wrong(r, ref)]
     if not wrong:
         return []
-    messages = [m for m in (_ratio_message(outcome, references, block_threads), _second_stage_message(wrong)) if m]
-    messages += [m for m in _probe_messages(outcome, key, block_threads) if not messages or "whole row" not in m]
     race = _race_message(outcome, source, problem, outcome.label)
-    if race:
-        messages.append(race)
+    messages = [m for m in (race, _ratio_message(outcome, references, block_threads), _second_stage_message(wrong))
+                if m]
+    if race is None:  # a race's weights are noise: they would only mislead
+        messages += [m for m in _probe_messages(outcome, key, block_threads) if not messages or "whole row" not in m]
     if not messages:
         r, ref = wrong[0]
         messages.append(f"wrong loss on {r.case.name}: {r.loss:.6g} instead of {ref['loss'][0]:.6g}")
