@@ -262,3 +262,12 @@ def test_run_takes_your_own_inputs():
     p = np.full((2, 5), 0.5, np.float32)
     outcome = run.run(SOLUTIONS / "coalesce.cu", case_list=[cases.kl_div_case("mine", p, np.ones_like(p))])
     assert outcome.results[0].rows == pytest.approx([5 * np.log(2)] * 2, rel=1e-6)
+
+
+def test_command_line_prints_the_grade_and_exits_by_it(capsys):
+    from losslab.teach.simulator.__main__ import main
+
+    assert main(["warp_shuffle", str(CASES / "warp_shuffle_down.cu")]) == 0
+    assert "GREEN on the CPU simulator" in capsys.readouterr().out
+    assert main(["no_such_exercise"]) == 2
+    assert "exercise: the CPU simulator grades" in capsys.readouterr().err
