@@ -213,9 +213,11 @@ STATE_NAMES = ("row_max", "row_log_sum", "counts")  # empty_state's, in order
 def empty_state(predictions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """What a forward writes for its backward besides the inputs, unwritten: row_max and
     row_log_sum, (N,) float32, and counts, (2,) int64, on the logits' device."""
-    rows = predictions.shape[0]
-    row_max, row_log_sum = torch.empty(2, rows, device=predictions.device, dtype=torch.float32)
-    return row_max, row_log_sum, torch.empty(2, device=predictions.device, dtype=torch.int64)
+    rows, device = predictions.shape[0], predictions.device
+    # separate tensors: the operator's outputs must not alias one another
+    row_max = torch.empty(rows, device=device, dtype=torch.float32)
+    row_log_sum = torch.empty(rows, device=device, dtype=torch.float32)
+    return row_max, row_log_sum, torch.empty(2, device=device, dtype=torch.int64)
 
 
 def forward(ext, launcher: str, write_grad: bool, predictions: torch.Tensor, targets: torch.Tensor,

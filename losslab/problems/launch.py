@@ -34,8 +34,15 @@ def launch(launcher: Callable[..., None], device: torch.device, *args: object) -
     """
     values = [arg.data_ptr() if isinstance(arg, torch.Tensor) else 0 if arg is None
               else DTYPE_CODES[arg] if isinstance(arg, torch.dtype) else arg for arg in args]
-    with torch.cuda.device(device):
-        launcher(*values, torch.cuda.current_stream(device).cuda_stream)
+    index = device.index
+    # The raw stream handle and the device check cost a microsecond or two, where
+    # torch.cuda.device() and torch.cuda.current_stream() (a Stream object each call) cost
+    # several: at small sizes the host's time per call is the whole cost of a loss.
+    if torch.cuda.current_device() == index:
+        launcher(*values, torch._C._cuda_getCurrentRawStream(index))
+        return
+    with torch.cuda.device(index):
+        launcher(*values, torch._C._cuda_getCurrentRawStream(index))
 
 
 def gradient_buffer(like: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
