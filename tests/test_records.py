@@ -240,3 +240,20 @@ def test_replace_is_a_full_re_record(results_dir, make_section):
     records.save_section("kl_div", records.Section("kl_div", "Fixture GPU", rows=[_row(shape=(8, 8))]), results_dir,
                          replace=True)
     assert records.latest_section("kl_div", results_dir=results_dir).shapes == [(8, 8)]
+
+
+# --- gpu tier: a live section, saved and read back ------------------------------------------------------------
+
+@pytest.mark.gpu
+def test_measure_section_stamps_rows_and_checks_and_reads_back_fresh(results_dir):
+    section = records.measure_section("kl_div", "small", ["vectorized"], peers=("eager",),
+                                      dtypes=("float32", "bfloat16"), repeats=3, check_sizes=["small"],
+                                      edge_cases=False, progress=False)
+    assert section.source == "live" and section.dtypes == ["float32", "bfloat16"]
+    assert section.checks and all(c.passed for c in section.checks), section.checks
+    assert section.ceilings["read_gbps"] > 0 and section.is_fresh()
+    for row in section.rows:
+        assert row.date and row.torch and row.sources_sha256 and row.back_to_back_ms > 0 and row.host_ms > 0, row
+    records.save_section("kl_div", section, results_dir)
+    back = records.latest_section("kl_div", results_dir=results_dir)
+    assert back.source == "recorded" and back.rows == section.rows and back.is_fresh()
