@@ -4,6 +4,8 @@ The API (typed; what ``present`` and ``teach`` read and measure through)::
 
     section = records.measure_section("kl_div", "seed", dtypes=("float32", "bfloat16"))  # GPU, not saved
     records.save_section("kl_div", section)       # ADDS to the device's record (merged, see merge())
+    records.save_section("kl_div", section, replace=True)  # a full re-record: no older row stays
+    records.combine([a, b])                       # sections measured apart in this process, as one
     section = records.latest_section("kl_div")    # newest recorded Section (device: a name or a slug)
     section.rows, section.checks                  # list[BenchRow], list[CheckResult], every size and dtype
     section.view()                                # one shape and dtype: the seed size and float32 if held
@@ -11,6 +13,7 @@ The API (typed; what ``present`` and ``teach`` read and measure through)::
     records.load_records(), records.load(path)    # list[Record], Record (device, sections)
     records.devices(), records.resolve_device("nvidia-h200")   # recorded device names
     records.sources_sha256("kl_div")              # what a measurement depends on (freshness)
+    records.pitfall_sources_sha256([module files])  # the same for a pitfalls record, pitfalls/ included
 
 - :class:`Section`: one problem on one device: device properties, the ceilings and ncu profile
   of the newest run, and every :class:`~losslab.measure.bench.BenchRow` and
