@@ -7,7 +7,8 @@ deliberately broken copy in a tmp folder (so none of them passes whatever the co
 - no module uses another module's private name (``from x import _y``, ``x._y``);
 - no string comparison with a rung name: what differs between rungs lives in the problems' rung tables;
 - the design document lives in the repository (``docs/``): nothing points to one outside it;
-- every rung's kernel file opens with its idea: a comment naming the rung and what it does.
+- every rung's kernel file opens with its idea: a comment naming the rung and what it does;
+- no test module imports another (shared fixtures live in tests/conftest.py).
 """
 from __future__ import annotations
 
@@ -290,6 +291,18 @@ def ladders() -> dict[str, tuple[str, ...]]:
     return {name: tuple(problems.get(name).variants) for name in problems.names()}
 
 
+def imports_between_test_modules(tests_dir: Path) -> list[str]:
+    """Imports of one test module by another (``from test_x import ...``, ``import test_x``)."""
+    found = []
+    for path in sorted(tests_dir.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([node.module or ""] if isinstance(node, ast.ImportFrom)
+                     else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            found += [f"{path.relative_to(tests_dir.parent)}:{node.lineno}: imports {name}"
+                      for name in names if name.split(".")[0].startswith("test_")]
+    return found
+
+
 # --- the rules on the real tree ---------------------------------------------------------------------
 
 def test_import_graph_has_no_cycle():
@@ -331,6 +344,11 @@ def test_readme_links_the_architecture_document():
 def test_every_rung_kernel_file_opens_with_its_idea():
     found = header_problems(build.KERNELS, ladders())
     assert not found, "\n".join(found)
+
+
+def test_no_test_module_imports_another():
+    found = imports_between_test_modules(ROOT / "tests")
+    assert not found, "shared fixtures belong in tests/conftest.py:\n" + "\n".join(found)
 
 
 # --- each rule fails on a deliberately broken copy -----------------------------------------------------
@@ -432,3 +450,12 @@ def test_header_check_fails_on_kernels_without_their_idea(tmp_path):
                      "kernels/p/vectorized.cu: the opening comment is too short to state the idea and what it "
                      "fixes (1 lines)",
                      "kernels/p/warp_shuffle.cu: missing"]
+
+
+def test_test_import_check_fails_on_a_test_importing_another(tmp_path):
+    tests = tmp_path / "tests"
+    tests.mkdir()
+    (tests / "test_a.py").write_text("import os\n\n\ndef test_x():\n    from test_b import fixture\n")
+    (tests / "test_b.py").write_text("import test_a\nfrom helpers import thing\n")
+    assert imports_between_test_modules(tests) == ["tests/test_a.py:5: imports test_b",
+                                                   "tests/test_b.py:1: imports test_a"]

@@ -101,17 +101,18 @@ def output_text(page: NotebookPage) -> str:
 
 
 def wait_for_new_output(page: NotebookPage, before: str, timeout_s: float = 120.0) -> str:
-    """The output widget's text once it has changed from ``before`` and settled (kernel idle)."""
+    """The output widget's text once it differs from ``before`` and has settled: the kernel idle
+    and the same text twice, half a second apart (the outputs arrive one display at a time)."""
     deadline = time.monotonic() + timeout_s
+    last = before
     while time.monotonic() < deadline:
+        time.sleep(0.5)
         page.wait_idle()
         now = output_text(page)
-        if now and now != before:
-            time.sleep(0.5)  # clear_output(wait=True) replaces the outputs when the next one arrives
-            page.wait_idle()
-            return output_text(page)
-        time.sleep(0.25)
-    raise AssertionError(f"{EXPLORER}: the output did not change within {timeout_s:.0f} s")
+        if now and now != before and now == last:
+            return now
+        last = now
+    raise AssertionError(f"{EXPLORER}: the output did not change and settle within {timeout_s:.0f} s")
 
 
 def control(page: NotebookPage, kind: str, description: str):
