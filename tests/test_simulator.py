@@ -51,6 +51,16 @@ def test_rewrite_turns_launches_into_calls_and_keeps_every_line():
     assert "float* smem = reinterpret_cast<float*>(::cuda_sim::dynamic_shared());" in out
 
 
+def test_rewrite_registers_shared_arrays_in_functions_only():
+    text = ("namespace { __shared__ float g[4]; }\n__device__ void f() {\n  // __shared__ x;\n"
+            "  __shared__ float a[2 * 8], b[3];\n}\n")
+    out = build.rewrite(text)
+    assert out.count("\n") == text.count("\n")
+    assert "namespace { __shared__ float g[4]; }" in out
+    assert ("static float a[2 * 8], b[3]; ::cuda_sim::shared_region(&a, sizeof(a));"
+            " ::cuda_sim::shared_region(&b, sizeof(b));") in out
+
+
 def test_rewrite_refuses_a_launch_without_arguments():
     with pytest.raises(build.CompileError, match="line 2"):
         build.rewrite("int x;\nk<<<1, 32>>>;\n")
@@ -90,6 +100,8 @@ WRONG = [
     ("coalesce", "coalesce_whole_row.cu",
      "the loss is 256x too large: each thread sums the whole row"),
     ("coalesce", "coalesce_missing_barrier.cu",
+     "the loss is NaN on 3 x 1000: a thread read shared memory that no thread of its block had written"),
+    ("coalesce", "coalesce_missing_barrier.cu",
      "the loss changes with the order the threads run"),
     ("coalesce", "coalesce_step_one.cu",
      "elements of a row are added the wrong number of times (element 1: 2, element 2: 3,"),
@@ -117,7 +129,7 @@ WRONG = [
 ]
 
 
-@pytest.mark.parametrize("key, name, expected", WRONG, ids=[w[1] for w in WRONG])
+@pytest.mark.parametrize("key, name, expected", WRONG, ids=[f"{w[1]}-{i}" for i, w in enumerate(WRONG)])
 def test_wrong_answer_gets_its_specific_message(key, name, expected):
     g = grade(key, CASES / name)
     assert not g.passed

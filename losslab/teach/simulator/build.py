@@ -34,6 +34,9 @@ _EXTERN_SHARED = re.compile(r"extern\s+__shared__\s+(?:__align__\(\s*\d+\s*\)\s+
                             r"(?:__align__\(\s*\d+\s*\)\s+)?([A-Za-z_]\w*)\s*\[\s*\]\s*;")
 
 
+_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
+
+
 class CompileError(Exception):
     """g++ rejected the source (or the link failed); the text is g++'s, with the source's lines."""
 
@@ -54,11 +57,62 @@ def _matching_paren(text: str, open_at: int) -> int:
     raise CompileError(f"a kernel launch's argument list never closes (from offset {open_at})")
 
 
+def _blank_comments(text: str) -> str:
+    """``text`` with comments replaced by spaces (newlines kept): positions stay valid."""
+    return _COMMENT.sub(lambda m: re.sub(r"[^\n]", " ", m[0]), text)
+
+
+def _in_function(code: str, pos: int) -> bool:
+    """Whether ``pos`` lies in a function body (where a statement may follow a declaration):
+    the innermost open brace before it follows ``)``, another brace, ``;``, else or do."""
+    depth = 0
+    for i in range(pos - 1, -1, -1):
+        if code[i] == "}":
+            depth += 1
+        elif code[i] == "{":
+            if depth == 0:
+                before = code[:i].rstrip()
+                return before.endswith((")", "{", "}", ";", "else", "do", "const", "noexcept"))
+            depth -= 1
+    return False
+
+
+def _split_top(text: str) -> list[str]:
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        depth += ch in "<[(" and 1 or (ch in ">])" and -1 or 0)
+        if ch == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    return parts + [text[start:]]
+
+
+def _register_shared(text: str) -> str:
+    """``__shared__ T a[n], b[m];`` in a function body becomes ``static T a[n], b[m];`` followed,
+    on the same line, by calls that let the simulator fill them with NaN at each block's start
+    (reading shared memory no thread wrote then shows as a NaN loss). Elsewhere the header's
+    ``#define __shared__ static`` applies."""
+    code = _blank_comments(text)
+    out, pos = [], 0
+    for m in re.finditer(r"\b__shared__\b", code):
+        end = code.find(";", m.end())
+        if end < 0 or m.start() < pos or not _in_function(code, m.start()):
+            continue
+        declarators = _split_top(code[m.end():end])
+        first = re.split(r"[\[=]", declarators[0])[0].split()
+        names = [first[-1].lstrip("*&")] + [re.match(r"\s*[*&]*\s*(\w+)", d)[1] for d in declarators[1:]]
+        calls = "".join(f" ::cuda_sim::shared_region(&{n}, sizeof({n}));" for n in names)
+        out += [text[pos:m.start()], "static", text[m.end():end + 1], calls]
+        pos = end + 1
+    return "".join(out) + text[pos:]
+
+
 def rewrite(text: str) -> str:
-    """The source with launches and dynamic shared memory rewritten for the simulator;
-    every newline is kept. Raises CompileError for a launch it cannot parse."""
+    """The source with launches, dynamic shared memory and shared arrays rewritten for the
+    simulator; every newline is kept. Raises CompileError for a launch it cannot parse."""
     text = _EXTERN_SHARED.sub(lambda m: f"{m[1]}* {m[2]} = reinterpret_cast<{m[1]}*>(::cuda_sim::dynamic_shared());",
                               text)
+    text = _register_shared(text)
     out, pos = [], 0
     while (start := text.find("<<<", pos)) >= 0:
         name = _NAME_BEFORE.search(text, pos, start)

@@ -127,6 +127,7 @@ void* body_arg = nullptr;
 const char* kernel_name = "";
 std::vector<char> dynamic_smem;
 bool reverse_order = false;
+std::vector<std::pair<void*, size_t>> shared_regions;  // the __shared__ objects seen so far
 
 void start_switch(void** save, const void* bottom, size_t size) {
 #if defined(__SANITIZE_ADDRESS__)
@@ -220,6 +221,8 @@ void switch_to(int i) {
 }
 
 void run_block(int n) {
+    for (const auto& r : shared_regions) std::memset(r.first, 0xff, r.second);
+    std::memset(dynamic_smem.data(), 0xff, dynamic_smem.size());
     live = n;
     barrier_waiting = 0;
     for (WarpPending& p : warps) p = WarpPending{};
@@ -305,6 +308,13 @@ void describe_position(char* buf, size_t size) {
 }
 
 void* dynamic_shared() { return dynamic_smem.data(); }
+
+void shared_region(void* p, size_t bytes) {
+    for (const auto& r : shared_regions)
+        if (r.first == p) return;
+    shared_regions.emplace_back(p, bytes);
+    std::memset(p, 0xff, bytes);
+}
 
 unsigned active_mask() {
     const int w = linear(threadIdx) / 32;

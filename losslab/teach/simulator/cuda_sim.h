@@ -9,8 +9,8 @@
 // runs until it reaches a barrier (__syncthreads), a warp collective (__shfl_*_sync,
 // __syncwarp, __ballot_sync...) or its end; the scheduler then runs the next fiber. So:
 //   - __shared__ is `static`: blocks never overlap, so one static object is exactly one
-//     block's shared memory (it keeps the previous block's values, as uninitialised shared
-//     memory may on a GPU);
+//     block's shared memory; each block starts with it (and dynamic shared memory) filled
+//     with NaN bytes, so a read of a slot nobody wrote shows;
 //   - a barrier releases when every live thread of the block waits at it; threads waiting
 //     at different __syncthreads lines, or a deadlock, end the run with a diagnosis;
 //   - a warp collective completes when every lane its mask names has reached it; a lane
@@ -165,6 +165,10 @@ inline Config config(dim3 grid, dim3 block, size_t smem = 0, cudaStream_t stream
 // Runs body() once per thread of every block; defined in cuda_sim.cpp.
 void run_launch(const char* kernel, const Config& cfg, void (*body)(void*), void* arg);
 void* dynamic_shared();
+// A __shared__ object (build.py's rewrite calls this after each declaration in a function):
+// filled with 0xff bytes (NaN as float, -1 as an integer) when first seen and at the start
+// of every block, so that reading shared memory no thread of the block wrote shows.
+void shared_region(void* p, size_t bytes);
 
 template <typename Kernel, typename Tuple>
 struct Bound {

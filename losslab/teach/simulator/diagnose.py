@@ -222,6 +222,17 @@ def _ratio_message(outcome: run_lib.Outcome, references, block_threads: int) -> 
     return None
 
 
+def _nan_message(wrong) -> str | None:
+    """A NaN loss where the reference has none: in the simulator, shared memory starts each
+    block as NaN, so this is (almost always) a read of a slot no thread wrote."""
+    for r, ref in wrong:
+        if np.isnan(r.loss) and np.isfinite(ref["loss"][0]):
+            return (f"the loss is NaN on {r.case.name}: a thread read shared memory that no thread of its block "
+                    f"had written (the simulator starts each block's shared memory as NaN): a missing "
+                    f"__syncthreads() between the writes and the reads, or a read past the slots written?")
+    return None
+
+
 def _second_stage_message(wrong) -> str | None:
     """Every row right and the loss wrong: the step from row sums to the loss."""
     if not all(_close(r.rows, ref["rows"]) for r, ref in wrong):
@@ -237,7 +248,8 @@ def _race_message(outcome: run_lib.Outcome, source: str, problem: str, label: st
     standard = [r for r in outcome.results if r.case.kind == "standard" and r.finished]
     again = run_lib.run(source, problem, [r.case for r in standard], label=label, order="reverse")
     for first, second in zip(standard, again.results, strict=True):
-        if second.finished and not _close([second.loss], [first.loss]):
+        same = np.isnan(first.loss) == np.isnan(second.loss) and _close([second.loss], [first.loss])
+        if second.finished and not same:
             return (f"the loss changes with the order the threads run ({first.loss:.6g} vs {second.loss:.6g} on "
                     f"{first.case.name}): a race. A thread reads shared memory another thread has not written "
                     f"yet: a missing __syncthreads()?")
@@ -251,9 +263,10 @@ def _value_messages(outcome, references, key, source, problem) -> list[str]:
     if not wrong:
         return []
     race = _race_message(outcome, source, problem, outcome.label)
-    messages = [m for m in (race, _ratio_message(outcome, references, block_threads), _second_stage_message(wrong))
-                if m]
-    if race is None:  # a race's weights are noise: they would only mislead
+    found = (_nan_message(wrong), race, _ratio_message(outcome, references, block_threads),
+             _second_stage_message(wrong))
+    messages = [m for m in found if m]
+    if not any(found[:2]):  # with a NaN or a race the probes' weights are noise: they would mislead
         messages += [m for m in _probe_messages(outcome, key, block_threads) if not messages or "whole row" not in m]
     if not messages:
         r, ref = wrong[0]
