@@ -27,7 +27,38 @@ from losslab.teach.simulator import cases as case_lib
 from losslab.teach.simulator import run as run_lib
 
 EXERCISES_ROOT = build.HERE.parents[2] / "exercises"
-PROBLEM_OF = {"coalesce": "kl_div", "warp_shuffle": "kl_div", "vectorize": "kl_div"}
+
+
+@dataclass(frozen=True)
+class ExerciseText:
+    """What the messages say for one exercise: its problem; ``zero``: the likely cause when
+    the loss is 0 for every input; ``one_lane``: the cause when only thread 0's value
+    arrives; ``row_parts``: the exercise splits a row into head, float4 packs and tail (the
+    37 x 37 probe then names the broken part); ``passing_notes``: (text in the source, note)
+    pairs shown with a pass."""
+
+    problem: str
+    zero: str = "no element reaches it"
+    one_lane: str = "(the reduction adds nothing)"
+    row_parts: bool = False
+    passing_notes: tuple[tuple[str, str], ...] = ()
+
+
+EXERCISES = {
+    "coalesce": ExerciseText("kl_div", zero="no element is added (the loop over the row is missing)"),
+    "warp_shuffle": ExerciseText(
+        "kl_div",
+        zero=("lane 0 holds only one lane's value, nothing is summed (value = __shfl_xor_sync(...) replaces "
+              "the value): a shuffle result must be added"),
+        one_lane=("(warp_sum returns its input unchanged: add __shfl_xor_sync(FULL_WARP, value, offset) for "
+                  "offsets 16, 8, 4, 2, 1)"),
+        passing_notes=(("__shfl_down_sync",
+                        "__shfl_down_sync is fine here: block_sum uses only lane 0's result, which SHFL.DOWN leaves "
+                        "complete (the machine-code check looks for SHFL.BFLY, the butterfly that leaves the sum in "
+                        "every lane; with SHFL.DOWN the other lanes hold partial sums)"),)),
+    "vectorize": ExerciseText("kl_div", row_parts=True),
+}
+PROBLEM_OF = {key: text.problem for key, text in EXERCISES.items()}
 RTOL, ATOL = 1e-4, 1e-5
 _HINTS = (
     (re.compile(r"'__shfl(_xor|_down|_up|)' was not declared"),
@@ -118,7 +149,7 @@ def _weights(result: run_lib.CaseResult) -> np.ndarray | None:
     return np.round(result.rows.astype(np.float64), 2)
 
 
-def _lane_message(weights: dict[int, float], key: str) -> str | None:
+def _lane_message(weights: dict[int, float], text: ExerciseText) -> str | None:
     """A message for a weight pattern over warp 0's lanes (probe 60 x 256), or None."""
     lanes = np.array([weights.get(lane, np.nan) for lane in range(32)])
     if np.isnan(lanes).any():
@@ -126,9 +157,7 @@ def _lane_message(weights: dict[int, float], key: str) -> str | None:
     if np.all(lanes == 0):
         return None
     if lanes[0] == 1 and np.all(lanes[1:] == 0):
-        return ("only thread 0's own value reaches the loss: no other lane's value is added "
-                + ("(warp_sum returns its input unchanged: add __shfl_xor_sync(FULL_WARP, value, offset) "
-                   "for offsets 16, 8, 4, 2, 1)" if key == "warp_shuffle" else "(the reduction adds nothing)"))
+        return f"only thread 0's own value reaches the loss: no other lane's value is added {text.one_lane}"
     ones = lanes == 1
     if not np.all(ones | (lanes == 0)):
         return None
@@ -144,28 +173,29 @@ def _lane_message(weights: dict[int, float], key: str) -> str | None:
     return None
 
 
-def _probe_messages(outcome: run_lib.Outcome, key: str, block_threads: int) -> list[str]:
+def _probe_messages(outcome: run_lib.Outcome, text: ExerciseText, block_threads: int) -> list[str]:
     messages = []
+    all_zero = all(r.loss == 0 for r in outcome.results if r.case.kind == "standard" and r.finished)
     for result in outcome.results:
         case = result.case
         w = _weights(result)
         if case.kind != "probe" or w is None or np.all(w == 1):
             continue
         by_position = dict(zip(case.positions, w, strict=True))
-        if np.all(w == 0) and all(r.loss == 0 for r in outcome.results if r.case.kind == "standard" and r.finished):
-            messages.append(_zero_message(key))
+        if np.all(w == 0) and all_zero:
+            messages.append(f"the loss is 0 for every input: {text.zero}")
         elif np.all(w == 0):
-            if key != "vectorize":  # there the 37 x 37 probe says which part of the row is missing
+            if not text.row_parts:  # with row parts the 37 x 37 probe says which part is missing
                 messages.append(f"no element of a {case.D}-wide row reaches the loss")
         elif np.all(w == w[0]) and w[0] == block_threads:
             messages.append(f"every element is added {block_threads} times: each thread sums the whole row")
         elif np.all(w == w[0]):
             messages.append(f"every element is added {w[0]:g} times instead of once")
-        elif case.D == 256 and (lane := _lane_message(by_position, key)):
+        elif case.D == 256 and (lane := _lane_message(by_position, text)):
             messages.append(lane)
-        elif case.D != 256 and key == "vectorize":
+        elif case.D != 256 and text.row_parts:
             messages += _role_messages(case, w, block_threads)
-        elif case.D == 256 and key != "vectorize":
+        elif case.D == 256 and not text.row_parts:
             messages.append(_weights_message(case.positions, w))
     return list(dict.fromkeys(messages))
 
@@ -176,15 +206,6 @@ def _weights_message(positions, w: np.ndarray) -> str:
     listed = ", ".join(f"element {pos}: {x:g}" for pos, x in wrong)
     return (f"elements of a row are added the wrong number of times ({listed}): each element must be added "
             f"exactly once; check where each thread's loop starts and how far it steps")
-
-
-def _zero_message(key: str) -> str:
-    if key == "warp_shuffle":
-        return ("the loss is 0 for every input: lane 0 holds only one lane's value, nothing is summed "
-                "(value = __shfl_xor_sync(...) replaces the value): a shuffle result must be added")
-    if key == "coalesce":
-        return "the loss is 0 for every input: no element is added (the loop over the row is missing)"
-    return "the loss is 0 for every input: no element reaches it"
 
 
 def _role_messages(case: case_lib.Case, w: np.ndarray, block_threads: int) -> list[str]:
@@ -256,7 +277,7 @@ def _race_message(outcome: run_lib.Outcome, source: str, problem: str, label: st
     return None
 
 
-def _value_messages(outcome, references, key, source, problem) -> list[str]:
+def _value_messages(outcome, references, exercise: ExerciseText, source, problem) -> list[str]:
     launches = [x for x in outcome.launches if x["kernel"] != "sum_partials_kernel"]
     block_threads = int(np.prod(launches[0]["block"])) if launches else 0
     wrong = [(r, ref) for r, ref in zip(outcome.results, references, strict=True) if r.finished and _wrong(r, ref)]
@@ -267,7 +288,8 @@ def _value_messages(outcome, references, key, source, problem) -> list[str]:
              _second_stage_message(wrong))
     messages = [m for m in found if m]
     if not any(found[:2]):  # with a NaN or a race the probes' weights are noise: they would mislead
-        messages += [m for m in _probe_messages(outcome, key, block_threads) if not messages or "whole row" not in m]
+        probes = _probe_messages(outcome, exercise, block_threads)
+        messages += [m for m in probes if not messages or "whole row" not in m]
     if not messages:
         r, ref = wrong[0]
         messages.append(f"wrong loss on {r.case.name}: {r.loss:.6g} instead of {ref['loss'][0]:.6g}")
@@ -283,28 +305,24 @@ def _backward_messages(outcome: run_lib.Outcome, references) -> list[str]:
     return []
 
 
-def _notes(key: str, source: str) -> list[str]:
-    if key == "warp_shuffle" and "__shfl_down_sync" in source:
-        return ["__shfl_down_sync is fine here: block_sum uses only lane 0's result, which SHFL.DOWN leaves "
-                "complete (the machine-code check looks for SHFL.BFLY, the butterfly that leaves the sum in "
-                "every lane; with SHFL.DOWN the other lanes hold partial sums)"]
-    return []
+def _notes(text: ExerciseText, source: str) -> list[str]:
+    return [note for needle, note in text.passing_notes if needle in source]
 
 
-def _problem_of(key: str) -> str:
-    """The problem of exercise ``key``: the three kl_div exercises here, any other from the
+def _exercise(key: str) -> ExerciseText:
+    """The text of exercise ``key``: the three kl_div exercises here, any other from the
     exercise table (losslab.teach.exercises) when its problem has a simulator driver."""
-    if key in PROBLEM_OF:
-        return PROBLEM_OF[key]
+    if key in EXERCISES:
+        return EXERCISES[key]
     try:
         from losslab.teach import exercises
         problem = exercises.get(key).problem
     except (ImportError, AttributeError, ValueError):
         problem = None
     if problem not in case_lib.PROBLEMS:
-        raise ValueError(f"exercise: the CPU simulator grades {', '.join(PROBLEM_OF)} and the exercises of "
+        raise ValueError(f"exercise: the CPU simulator grades {', '.join(EXERCISES)} and the exercises of "
                          f"{', '.join(case_lib.PROBLEMS)}, got {key!r}")
-    return problem
+    return ExerciseText(problem)
 
 
 def grade_on_cpu(key: str, source: str | Path | None = None, *, time_limit: float = 10.0) -> CpuGrade:
@@ -315,7 +333,8 @@ def grade_on_cpu(key: str, source: str | Path | None = None, *, time_limit: floa
         ValueError: an exercise the simulator does not know.
         build.SimulatorError: g++ is missing or the simulator does not build here.
     """
-    problem = _problem_of(key)
+    exercise = _exercise(key)
+    problem = exercise.problem
     if source is None:
         source = EXERCISES_ROOT / problem / f"{key}.cu"
     text, label = run_lib.source_text(source, f"{key}.cu")
@@ -340,7 +359,7 @@ def grade_on_cpu(key: str, source: str | Path | None = None, *, time_limit: floa
             seen.add("launch_error")
             messages.append(f"the forward returned cudaError {r.forward_status} on {r.case.name} (a launch "
                             f"configuration the GPU refuses: more than 1024 threads a block, or 0 blocks?)")
-    messages += _value_messages(outcome, references, key, text, problem)
+    messages += _value_messages(outcome, references, exercise, text, problem)
     messages += _backward_messages(outcome, references)
     if "FILL ME IN" in text and messages:
         messages.append("the FILL ME IN in the source is still to do")
@@ -350,5 +369,5 @@ def grade_on_cpu(key: str, source: str | Path | None = None, *, time_limit: floa
     if passed:
         messages = [f"all {len(outcome.results)} simulated cases match the float64 reference (forward"
                     f"{' and backward' if any(r.grad is not None for r in outcome.results) else ''})",
-                    *_notes(key, text)]
+                    *_notes(exercise, text)]
     return CpuGrade(key, passed, messages)
