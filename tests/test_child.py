@@ -69,6 +69,14 @@ def test_compiler_error_is_the_first_diagnostic_with_its_line(log, message, code
     assert "-DTORCH_EXTENSION_NAME" not in detail and "/tmp/ext" not in found
 
 
+def test_the_error_is_placed_in_the_solution_file():
+    solution = 'import torch\nCUDA = r"""\n__global__\n    void k(float* x) { x[0] = 1.0f }\n"""\n'
+    message, _ = child.compiler_error(NVCC_LOG, solution)
+    assert message.endswith("(at: void k(float* x) { x[0] = 1.0f }) [line 4 of the solution file]"), message
+    message, _ = child.compiler_error(NVCC_LOG, solution + solution)  # twice: no line is claimed
+    assert "solution file" not in message
+
+
 def test_a_build_failure_without_the_log_is_still_a_compile_error():
     stop = child.failure("load", RuntimeError("Error building extension 'kl_div'"), NVCC_LOG)
     assert stop.status == "compile_error" and stop.message.startswith('cuda.cu(6): error: expected a ";"')

@@ -106,12 +106,14 @@ def capture_stdout(into: Captured):
                 os.write(1, data)
 
 
-def compiler_error(text: str) -> tuple[str, str]:
+def compiler_error(text: str, solution: str = "") -> tuple[str, str]:
     """The first compiler error in a build's output, and the output without ninja's command lines.
 
     Returns (message, detail): message is the first diagnostic ("cuda.cu(6): error: expected a
-    \";\"") with the source line nvcc or gcc prints under it, paths shortened to the file name;
-    detail is the build output with the long compiler command lines dropped (at most 8000 chars).
+    \";\"") with the source line nvcc or gcc prints under it, paths shortened to the file name,
+    and where that line occurs once in ``solution`` (the solution file's text), its line number
+    there (load_inline's cuda.cu and main.cpp number lines their own way); detail is the build
+    output with the long compiler command lines dropped (at most 8000 chars).
     """
     lines = [re.sub(r"\S*/(?=[^/\s]+(\(\d+\)|:\d+))", "", line) for line in text.splitlines()
              if not _BUILD_NOISE.search(line)]
@@ -125,8 +127,10 @@ def compiler_error(text: str) -> tuple[str, str]:
         return first.strip()[:300], "\n".join(lines)[:8000]
     message = lines[at].strip()
     source = next((line.strip() for line in lines[at + 1:at + 2] if line.strip() and "error" not in line), "")
+    source = re.sub(r"^\d+ \| ", "", source)  # gcc's "  4 | code"
     if source:
-        message += f" (at: {source.lstrip('0123456789 |').strip()})"
+        found = [n for n, line in enumerate(solution.splitlines(), 1) if line.strip() == source]
+        message += f" (at: {source})" + (f" [line {found[0]} of the solution file]" if len(found) == 1 else "")
     return message[:400], "\n".join(lines)[:8000]
 
 
@@ -134,13 +138,13 @@ def is_cuda_error(err: BaseException) -> bool:
     return isinstance(err, getattr(torch, "AcceleratorError", ())) or "CUDA error" in str(err)
 
 
-def failure(stage: str, err: BaseException, output: str = "") -> Stop:
+def failure(stage: str, err: BaseException, output: str = "", solution: str = "") -> Stop:
     """What an exception raised by the solution's code means for the verdict; ``output`` is what
-    it printed meanwhile (a verbose build's compiler output)."""
+    it printed meanwhile (a verbose build's compiler output), ``solution`` the file's text."""
     text = "".join(traceback.format_exception(err))
     first = str(err).splitlines()[0][:300] if str(err) else ""
     if any(sign in str(err) for sign in BUILD_FAILURE_SIGNS):
-        message, detail = compiler_error(f"{output}\n{err}")
+        message, detail = compiler_error(f"{output}\n{err}", solution)
         return Stop("compile_error", message, detail)
     if is_cuda_error(err):
         return Stop("crashed", f"a CUDA error in {stage}: {first}", text[-8000:])
@@ -341,7 +345,7 @@ class Session:
                     _synchronize()
             return value
         except Exception as err:  # noqa: BLE001 - the solution may raise anything
-            raise failure(stage, err, output.text) from err
+            raise failure(stage, err, output.text, Path(self.config["solution"]).read_text(errors="replace")) from err
 
     def check_untampered(self, when: str) -> None:
         names = replaced(self.before, self.spec)
