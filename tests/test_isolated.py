@@ -60,3 +60,13 @@ def test_hints_match_the_usual_cuda_faults():
     assert "aligned" in isolated.cuda_hint("CUDA error: misaligned address")
     assert "outside the tensor" in isolated.cuda_hint("CUDA error: an illegal memory access was encountered")
     assert isolated.cuda_hint("CUDA error: out of memory") == ""
+
+
+@pytest.mark.gpu
+def test_a_real_device_fault_stays_in_the_child():
+    import torch
+
+    outcome = run("cuda_index_out_of_range")
+    assert outcome.status in ("cuda_error", "crashed"), outcome.format()
+    assert "device-side assert" in outcome.format() and outcome.hint
+    assert torch.ones(4, device="cuda").sum().item() == 4.0  # this process's context is untouched

@@ -25,3 +25,13 @@ def raise_cuda_error():
 
 def not_json():
     return object()
+
+
+def cuda_index_out_of_range():
+    """A real device-side fault: a gather past the end of a CUDA tensor (then a sync to see it)."""
+    import torch
+
+    values = torch.zeros(2, device="cuda")
+    out = values[torch.tensor([5], device="cuda")]
+    torch.cuda.synchronize()
+    return out.tolist()
