@@ -283,3 +283,13 @@ def test_command_line_prints_the_grade_and_exits_by_it(capsys):
     assert "GREEN on the CPU simulator" in capsys.readouterr().out
     assert main(["no_such_exercise"]) == 2
     assert "exercise: the CPU simulator grades" in capsys.readouterr().err
+
+
+def test_a_launcher_with_the_wrong_signature_is_named():
+    source = (SOLUTIONS / "coalesce.cu").read_text().replace(
+        "kl_div_custom_forward(const void* predictions_", "kl_div_custom_forward(const float* predictions_")
+    source = source.replace("static_cast<const float*>(predictions_)", "predictions_")
+    g = diagnose.grade_on_cpu("coalesce", source)
+    assert not g.passed
+    assert "link: undefined reference to `kl_div_custom_forward(" in joined(g)
+    assert "hint: kl_div_custom_forward is missing, or its parameters differ from the contract" in joined(g)

@@ -255,4 +255,5 @@ def _clean(stderr: str, support: Path) -> str:
     """g++'s messages with the cache paths replaced by the repository's."""
     text = stderr.replace(str(support / "kernels"), "kernels").replace(str(HERE) + "/", "simulator/")
     text = re.sub(r"/tmp/[^\s:]*/(source\.o|sim)", r"\1", text)
+    text = re.sub(r"\S*drivers/\w+\.cpp:\d+: ", "link: ", text)  # the driver calls what the source lacks
     return text.strip()

@@ -68,6 +68,9 @@ _HINTS = (
      lambda m: f"did you mean __{m[1]}_sync (CUDA 9+ needs the mask)? e.g. __{m[1]}_sync(0xffffffff, predicate)"),
     (re.compile(r"'(__\w+|cub|cooperative_groups)' (?:was not declared|has not been declared|is not a member)"),
      lambda m: f"the CPU simulator does not provide {m[1]}: where nvcc accepts it, grade on a GPU"),
+    (re.compile(r"undefined reference to `(\w+_custom_(?:forward|backward))"),
+     lambda m: f"{m[1]} is missing, or its parameters differ from the contract: copy its declaration from "
+               f"the problem's launchers.h ({m[1].rsplit('_custom_', 1)[0]}_{m[1].rsplit('_', 1)[1]}_fn)"),
     (re.compile(r"expected '[;,)]' before"), lambda m: "a missing ';', ',' or ')' at the end of the line before?"),
     (re.compile(r"'(\w+)' was not declared in this scope"),
      lambda m: f"'{m[1]}' is not defined: a typo, or a name from another scope (THREADS, D, head, packs...)?"),
@@ -342,7 +345,7 @@ def grade_on_cpu(key: str, source: str | Path | None = None, *, time_limit: floa
     if not outcome.compiled:
         lines = outcome.compile_error.splitlines()
         hints = compile_hints(outcome.compile_error)
-        errors = [line for line in lines if "error" in line][:6] or lines[:6]
+        errors = [line for line in lines if "error" in line or "undefined reference" in line][:6] or lines[:6]
         if hints:  # g++'s own guess for a CUDA name is unrelated ('__shfl_xor' -> '__floor')
             errors = [re.sub(r"; did you mean '[^']*'\?", "", line) for line in errors]
         return CpuGrade(key, False, ["does not compile:", *errors, *("hint: " + h for h in hints)])
