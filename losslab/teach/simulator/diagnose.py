@@ -50,8 +50,7 @@ EXERCISES = {
         "kl_div",
         zero=("lane 0 holds only one lane's value, nothing is summed (value = __shfl_xor_sync(...) replaces "
               "the value): a shuffle result must be added"),
-        one_lane=("(warp_sum returns its input unchanged: add __shfl_xor_sync(FULL_WARP, value, offset) for "
-                  "offsets 16, 8, 4, 2, 1)"),
+        one_lane="(warp_sum returns its input unchanged: it must add the other lanes' values)",
         passing_notes=(("__shfl_down_sync",
                         "__shfl_down_sync is fine here: block_sum uses only lane 0's result, which SHFL.DOWN leaves "
                         "complete (the machine-code check looks for SHFL.BFLY, the butterfly that leaves the sum in "
