@@ -94,13 +94,14 @@ def coalescing_figure(cols: int = 16384):
         for o in offsets:
             grid[lines.index(o // floats_per_line), o % floats_per_line] = 1
         ax.imshow(grid.numpy(), cmap="Greens", vmin=0, vmax=1.3, aspect="equal", interpolation="nearest")
-        ax.set_title(f"{title}\n{len(lines)} line(s), {len(sectors)} sectors fetched: "
-                     f"{len(offsets) * 4} of {len(sectors) * SECTOR_BYTES} bytes used", fontsize=9)
+        ax.set_title(f"{title}\n{len(lines)} line(s), {len(sectors)} sectors requested from L1/L2 "
+                     f"for {len(offsets) * 4} bytes", fontsize=9)
         ax.set_xlabel("float within a 128-byte line")
         ax.set_ylabel("cache lines touched (one per row)")
         ax.set_yticks([])
         ax.set_xticks([0, 31])
-    fig.suptitle("One warp-wide load instruction: the cache lines it touches (green: the floats the warp uses; "
-                 "memory moves in 32-byte sectors)", fontsize=10)
+    fig.suptitle("One warp-wide load instruction: the cache lines it touches (green: the floats the warp uses; caches "
+                 "move 32-byte sectors).\nMore sectors per request cost L1/L2 requests and bandwidth, not DRAM bytes: "
+                 "a naive lane's next loads use the rest of its sector while it is still cached", fontsize=10)
     return fig
 

@@ -1,8 +1,11 @@
 """The ladder's sources as the notebooks show them: each rung's kernel file, its opening comment
-(what the rung does and which flaw of the rung below it fixes), and two rungs side by side."""
+(what the rung does and which flaw of the rung below it fixes), two rungs side by side, and the
+diff between adjacent rungs with the helpers they rely on inlined."""
 from __future__ import annotations
 
+import difflib
 import html
+import re
 
 from losslab import problems
 from losslab.build import KERNELS
@@ -53,3 +56,61 @@ def side_by_side(problem: str, left: str, right: str) -> Html:
     plain = "\n\n".join(f"==> kernels/{problem}/{v}.cu <==\n{src}" for v, src in columns)
     return Html(f'<table style="table-layout:fixed;width:100%"><tr>{head}</tr><tr>{cells}</tr></table>',
                 plain=plain)
+
+
+# helpers a rung relies on, shown inlined in a diff where the rung first uses them:
+# name called -> (header under kernels/, the definitions to show from it)
+HELPERS = {
+    "block_reduce_sum": ("common/reduce.cuh", ("warp_reduce", "block_reduce")),
+    "load_pack": ("common/vector_load.cuh", ("load_pack",)),
+    "block_reduce_logsumexp": ("cross_entropy/cross_entropy.cuh", ("warp_reduce_logsumexp", "block_reduce_logsumexp")),
+    "lse_add": ("cross_entropy/cross_entropy.cuh", ("lse_raise_max", "lse_add")),
+}
+
+
+def helper_source(header: str, name: str) -> str:
+    """The definition of ``name`` in ``kernels/<header>``, with the comment and ``template``
+    lines above it: from its first line to the brace that closes its body."""
+    lines = (KERNELS / header).read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if re.search(rf"\b{name}\(", line) and "__device__" in line)
+    top = start
+    while top > 0 and (lines[top - 1].startswith("//") or lines[top - 1].startswith("template")):
+        top -= 1
+    depth, end = 0, start
+    for end in range(start, len(lines)):
+        depth += lines[end].count("{") - lines[end].count("}")
+        if depth == 0 and "}" in lines[end]:
+            break
+    return "\n".join(lines[top:end + 1])
+
+
+def rung_diff(problem: str, lower: str, upper: str, context: int = 2) -> Html:
+    """The lines that change from ``lower`` to ``upper`` (a unified diff of the two kernel files,
+    ``context`` lines around each change), with each helper of :data:`HELPERS` that the added
+    lines call inlined (as ``|`` lines) after the first added line that calls it.
+
+    Raises:
+        ValueError: unknown problem or variant.
+    """
+    a, b = kernel_source(problem, lower).splitlines(), kernel_source(problem, upper).splitlines()
+    out, shown = [], set()
+    for line in difflib.unified_diff(a, b, f"kernels/{problem}/{lower}.cu", f"kernels/{problem}/{upper}.cu",
+                                     n=context, lineterm=""):
+        out.append(line)
+        if not line.startswith("+") or line.startswith("+++"):
+            continue
+        for called, (header, names) in HELPERS.items():
+            if called not in shown and re.search(rf"\b{called}\(", line):
+                shown.add(called)
+                body = "\n".join(helper_source(header, n) for n in names)
+                out += [f"|   {text}" for text in [f"--- {called}, from kernels/{header}:", *body.splitlines(),
+                                                      "--- end of helper"]]
+    text = "\n".join(out) or f"{lower} and {upper} have the same source"
+
+    def styled(line: str) -> str:
+        color = {"+": "#0a5d00", "-": "#a40000", "@": "#555", "|": "#1f4e9a"}.get(line[:1], "#000")
+        return f'<span style="color:{color}">{html.escape(line)}</span>'
+
+    body = "\n".join(styled(line) for line in out)
+    return Html(f'<pre style="font-family:monospace;font-size:11px;white-space:pre;overflow-x:auto">{body}</pre>',
+                plain=text)

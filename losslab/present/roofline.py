@@ -56,14 +56,19 @@ class Point:
         return self.flops / self.measured_bytes if self.measured_bytes else None
 
 
-def points(section: records.Section | dict, directions: tuple[str, ...] = ("forward", "backward")) -> list[Point]:
-    """Roofline points of one section's rows at its shown shape and dtype (``Section.view``);
-    a hollow (measured-traffic) point only where ncu profiled that same shape in float32."""
+DIRECTIONS = ("forward", "backward", "forward_backward")
+
+
+def points(section: records.Section | dict, directions: tuple[str, ...] = DIRECTIONS) -> list[Point]:
+    """Roofline points of one section's rows at its shown shape and dtype (``Section.view``).
+    Each point's bytes are its own dtype's (the cost model at the row's dtype); a hollow
+    (measured-traffic) point only where ncu profiled that same shape in that same dtype (ncu
+    profiles float32), never a bf16 time over float32 bytes."""
     section = as_section(section).view()
     ncu = section.ncu or {}
     measured = {}
     if (ncu.get("status") == "ok" and tuple(ncu.get("shape", ())) == tuple(section.primary_shape or ())
-            and section.primary_dtype == "float32"):
+            and section.primary_dtype == (ncu.get("dtype") or "float32")):
         measured = {(r["implementation"], r["direction"]): r["dram_bytes_read"] + r["dram_bytes_written"]
                     for r in ncu["records"]}
     out = []
@@ -122,6 +127,54 @@ def _draw_roofs(ax, roofs: dict, x_range: tuple[float, float]) -> None:
                 label=f"datasheet {sheet.product}: {sheet.memory_gbps:.0f} GB/s, {sheet.fp32_tflops:g} TFLOP/s")
 
 
+def mufu_roofs(sections: list[records.Section], directions: tuple[str, ...] = DIRECTIONS) -> list[tuple[str, float]]:
+    """The special-function (MUFU) ceiling in model FLOP/s per (problem, direction) with
+    transcendentals: the measured ``mufu_ex2_tops`` times the cost model's FLOP per transcendental
+    (a kernel that runs one MUFU op per log or exp cannot do its FLOP faster). [(label, FLOP/s)]."""
+    out = []
+    for section in sections:
+        tops = section.ceilings.get("mufu_ex2_tops")
+        if not tops or not section.primary_shape:
+            continue
+        for direction in directions:
+            cost = problems.get(section.problem).cost(tuple(section.primary_shape), direction)
+            if cost.transcendentals and any(r.direction == direction for r in section.rows):
+                per = cost.flops / cost.transcendentals
+                out.append((f"MUFU roof {section.problem} {SHORT.get(direction, direction)}: {tops:.2f} Top/s x "
+                            f"{per:.1f} FLOP per log/exp (measured)", tops * 1e12 * per))
+    return out
+
+
+def _draw_mufu(ax, roofs: list[tuple[str, float]], bandwidth_gbps: float | None, x_range) -> None:
+    """Each MUFU roof from its ridge with the read roof to the right edge, its ridge marked."""
+    for (label, flops), color in zip(roofs, ("tab:purple", "tab:brown", "tab:pink", "tab:cyan", "0.5", "olive"),
+                                     strict=False):
+        ridge = flops / (bandwidth_gbps * 1e9) if bandwidth_gbps else x_range[0]
+        ax.plot([max(ridge, x_range[0]), x_range[1]], [flops, flops], color=color, lw=1.0, ls="-.",
+                label=f"{label}, ridge {ridge:.1f} FLOP/B")
+        ax.plot([ridge], [flops], "D", color=color, ms=4)
+
+
+def _annotate_above(ax, pts: list[Point], read_gbps: float | None, sheet) -> int:
+    """Mark every point above the measured read roof with how far above it is, and say once on the
+    figure why that can be: the ceiling is the best of a large ``torch.sum`` and a two-stream read
+    kernel, not the hardware's limit (the datasheet peak, drawn in grey, is). Returns how many."""
+    if not read_gbps:
+        return 0
+    above = [(p, p.flops_per_s / (p.intensity * read_gbps * 1e9)) for p in pts if not p.floor_verdict]
+    above = [(p, over) for p, over in above if over > 1]
+    for p, over in above:
+        ax.annotate(f"{over - 1:+.0%}", (p.intensity, p.flops_per_s), xytext=(-4, 6), textcoords="offset points",
+                    fontsize=7, ha="right", color="tab:red")
+    if above:
+        peak = max(p.flops_per_s / (p.intensity * sheet.memory_gbps * 1e9) for p, _ in above) if sheet else None
+        ax.text(0.01, 0.99, f"red +x%: {len(above)} point(s) above the measured read roof. That roof is the best of "
+                "a large torch.sum and a two-stream read kernel,\nnot the hardware's limit"
+                + (f"; the highest point is at {peak:.0%} of the datasheet peak (grey)" if peak else ""),
+                transform=ax.transAxes, fontsize=7, va="top", color="tab:red")
+    return len(above)
+
+
 def _roof_line(bandwidth: float, compute: float | None, x_range: tuple[float, float]):
     """The roof min(x * bandwidth, compute) over x_range as a polyline (bytes/s, FLOP/s)."""
     ridge = compute / bandwidth if compute else math.inf
@@ -176,10 +229,10 @@ def _legend(ax, pts: list[Point], directions: tuple[str, ...]) -> None:
         keys.append(Line2D([], [], marker="x", color="tab:red", mew=2, ls="none",
                            label="\u2020 below the physical floor (minimum bytes at the datasheet peak):\n"
                                  "a measurement artifact, not a result"))
-    ax.legend(handles=handles + keys, fontsize=7, loc="lower right")
+    ax.legend(handles=handles + keys, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
 
 
-def plot_roofline(sections: dict | list[dict], directions: tuple[str, ...] = ("forward", "backward"),
+def plot_roofline(sections: dict | list[dict], directions: tuple[str, ...] = DIRECTIONS,
                   title: str | None = None, ax=None):
     """Draw the roofline of one or more bench sections (one per problem) from the same device.
 
@@ -207,7 +260,7 @@ def plot_roofline(sections: dict | list[dict], directions: tuple[str, ...] = ("f
         raise ValueError(f"sections: expected sections of one device (one set of roofs), got {', '.join(devices)}")
     pts = [p for s in sections for p in points(s, directions)]
     if ax is None:
-        fig, ax = plt.subplots(figsize=(9, 6), layout="constrained")
+        fig, ax = plt.subplots(figsize=(13, 7), layout="constrained")
     else:
         fig = ax.figure
     roofs = _roofs(sections[0])
@@ -215,7 +268,9 @@ def plot_roofline(sections: dict | list[dict], directions: tuple[str, ...] = ("f
     ridge = (roofs["fp32_tflops"] or 0) * 1e3 / (roofs["read_gbps"] or math.inf)
     x_range = (min(xs, default=0.1) / 4, max([*xs, ridge, 1.0]) * 8)
     _draw_roofs(ax, roofs, x_range)
+    _draw_mufu(ax, mufu_roofs(sections, directions), roofs["read_gbps"], x_range)
     _draw_points(ax, pts, prefix_problem=len(sections) > 1)
+    _annotate_above(ax, pts, roofs["read_gbps"], roofs["datasheet"])
     ax.set(xscale="log", yscale="log", xlim=x_range, xlabel="arithmetic intensity (FLOP / byte)",
            ylabel="achieved FLOP/s (model FLOP / measured time)")
     ys = [p.flops_per_s for p in pts]
