@@ -248,6 +248,19 @@ def test_a_variant_refuses_a_dtype_it_has_no_kernels_for():
         HandKL()(p, t)
 
 
+def test_a_check_run_reads_as_its_verdict_or_its_failures():
+    from losslab.measure.check import CheckResult
+    from losslab.teach import isolated
+
+    hung = custom.CheckRun(isolated.Outcome("timed_out", message="no result after 60 s: killed"), None)
+    assert not hung.passed and hung.format() == "checks did not finish: timed out: no result after 60 s: killed"
+    bad = CheckResult("kl_div", "mine", "random 3x4 float32", (3, 4), "forward", 0.5, 1e-5, False)
+    ran = custom.CheckRun(isolated.Outcome("ok", seconds=12.0), [bad, CheckResult(**{**bad.as_dict(), "passed": True})])
+    assert not ran.passed and ran.format().splitlines() == [
+        "checks: 1 of 2 passed (12 s in a child process)", "  FAIL forward random 3x4 float32: error 5.00e-01 > 1e-05"]
+    assert "color:#b00" in ran._repr_mimebundle_()["text/html"]
+
+
 # --- compile tier: nvcc ------------------------------------------------------------------------------------
 
 @pytest.mark.compile

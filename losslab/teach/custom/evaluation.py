@@ -8,6 +8,7 @@ The child rebuilds the variant from its source (the build is cached: it only imp
 """
 from __future__ import annotations
 
+import html
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -30,6 +31,21 @@ class CheckRun:
     @property
     def passed(self) -> bool:
         return self.checks is not None and all(c.passed for c in self.checks)
+
+    def format(self) -> str:
+        """The checks passed of run and the first failures, or the child's verdict."""
+        if self.checks is None:
+            return "checks did not finish: " + self.outcome.format()
+        failed = [c for c in self.checks if not c.passed]
+        lines = [f"checks: {len(self.checks) - len(failed)} of {len(self.checks)} passed "
+                 f"({self.outcome.seconds:.0f} s in a child process)"]
+        lines += [f"  FAIL {c.direction} {c.case}: error {c.error:.2e} > {c.tolerance:.0e} {c.detail}".rstrip()
+                  for c in failed[:8]]
+        return "\n".join(lines)
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        color, text = "#060" if self.passed else "#b00", self.format()
+        return {"text/plain": text, "text/html": f'<pre style="color:{color}">{html.escape(text)}</pre>'}
 
 
 def _rebuild_arguments(variant) -> dict:
