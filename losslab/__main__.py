@@ -3,7 +3,8 @@
     python -m losslab list                      problems, variants and sizes
     python -m losslab check kl_div              every variant against float64, edge cases
     python -m losslab bench kl_div              check, time, add to the record under reports/results/
-    python -m losslab bench kl_div --ncu        ... and measure DRAM traffic with Nsight Compute
+    python -m losslab bench kl_div --ncu        ... and Nsight Compute's counters per rung (DRAM bytes, coalescing, ...)
+    python -m losslab bench --all --sweep       every problem over sizes from 128 rows to LLM-sized, fp32 and bf16
     python -m losslab bench --all               every problem, then the best variant against each peer
     python -m losslab summary                   that summary from the newest recorded results
     python -m losslab roofline                  roofline figures (PNG) from the recorded results
@@ -95,6 +96,20 @@ def _dtypes(text: str) -> list[str]:
         raise argparse.ArgumentTypeError(f"expected a comma-separated list of {', '.join(records.DTYPES)}, "
                                          f"got {text!r}")
     return names
+
+
+def _shapes(text: str) -> list[tuple[int, int]]:
+    """A comma-separated list of ROWSxCOLUMNS (for ``--sweep``)."""
+    shapes = []
+    for part in [p for p in text.split(",") if p.strip()]:
+        match = re.fullmatch(r"\s*(\d+)\s*[xX]\s*(\d+)\s*", part)
+        if not match or min(int(match[1]), int(match[2])) < 1:
+            raise argparse.ArgumentTypeError(f"expected a comma-separated list of ROWSxCOLUMNS such as "
+                                             f"128x4096,2048x4096 (positive dimensions), got {text!r}")
+        shapes.append((int(match[1]), int(match[2])))
+    if not shapes:
+        raise argparse.ArgumentTypeError(f"expected a comma-separated list of ROWSxCOLUMNS, got {text!r}")
+    return shapes
 
 
 def _names(text: str) -> list[str]:
@@ -303,16 +318,54 @@ def _bench_plan(args) -> dict[str, tuple[int, int]]:
     if not args.problems:
         raise UsageError("problem", f"expected one or more of {', '.join(problems.names())}, or --all")
     _check_variants(args.problems, args.variants)
-    return {name: _shape_for(name, args.size) for name in args.problems}
+    if args.shapes is not None and not args.sweep:
+        raise UsageError("--shapes", "only with --sweep (one size for a bench: --size)")
+    if args.sweep:
+        for option, given in (("--size", args.size is not None), ("--ncu", args.ncu), ("--replace", args.replace),
+                              ("--variants", args.variants is not None)):
+            if given:
+                raise UsageError(option, "not with --sweep: a sweep times every rung that takes the dtype, "
+                                         "at its own shapes, and adds to the record; leave it out")
+        args.dtypes = args.dtypes or ["float32", "bfloat16"]
+        return {}
+    args.dtypes = args.dtypes or ["float32"]
+    return {name: _shape_for(name, args.size or "seed") for name in args.problems}
+
+
+def cmd_sweep(args) -> int:
+    """``bench --sweep``: each problem over its sweep shapes (``bench.SWEEP_SHAPES``, or the list
+    given), added to the record; a table of median ms per call (and fraction of bandwidth)."""
+    from losslab.measure.bench import SWEEP_SHAPES, sweep_table_text
+    from losslab.measure.ceilings import measure_ceilings
+
+    _require_gpu("bench")
+    print("measuring the device's ceilings (bandwidth, FP32 FMA, MUFU) ...", file=sys.stderr, flush=True)
+    ceilings = measure_ceilings()
+    peers = tuple(p for p in PEERS if not (p == "compile" and args.no_compile))
+    tables = []
+    for name in args.problems:
+        shapes = args.shapes or SWEEP_SHAPES[name]
+        section = records.measure_sweep(name, shapes, dtypes=args.dtypes, peers=peers, repeats=args.repeats,
+                                        ceilings=ceilings)
+        tables.append(f"{name} sweep on {section.device} (read {ceilings['read_gbps']:.0f} GB/s, copy "
+                      f"{ceilings['copy_gbps']:.0f} GB/s)\n{sweep_table_text(section.rows, section.skipped)}")
+        if not args.no_record:
+            print(f"added to {records.save_section(name, section)}", file=sys.stderr)
+        if args.json:
+            args.json.with_suffix(f".{name}.json").write_text(json.dumps(section.as_dict(), indent=1))
+    print("\n\n".join(tables))
+    return 0
 
 
 def cmd_bench(args) -> int:
     from losslab.measure.bench import bench_table_text
     from losslab.measure.ceilings import measure_ceilings
     from losslab.measure.check import check_table_text
-    from losslab.measure.ncu import ncu_table_text, profile_problem
+    from losslab.measure.ncu import evidence_table_text, ncu_table_text, profile_problem
 
     shapes = _bench_plan(args)
+    if args.sweep:
+        return cmd_sweep(args)
     _require_gpu("bench")
     for name, shape in shapes.items():
         _check_memory(name, shape, args.dtypes)
@@ -337,6 +390,8 @@ def cmd_bench(args) -> int:
             print(f"  profiling {name} with Nsight Compute ...", file=sys.stderr, flush=True)
             section.ncu = profile_problem(name, shapes[name], args.variants, peers)
             tables.append(f"{name}: DRAM traffic measured by ncu\n{ncu_table_text(section.ncu)}")
+            tables.append(f"{name}: each rung's counters (ncu, {shapes[name][0]}x{shapes[name][1]} float32)\n"
+                          f"{evidence_table_text(section.ncu)}")
         if not args.no_record:
             path = records.save_section(name, section, replace=args.replace)
             print(f"{'recorded' if args.replace else 'added to'} {path}", file=sys.stderr)
@@ -446,10 +501,17 @@ def _parser() -> argparse.ArgumentParser:
     problem_args(bench, nargs="*")
     bench.add_argument("--all", action="store_true", help="every problem, then a summary of the best "
                        "variant of each against the peers")
-    bench.add_argument("--dtypes", type=_dtypes, default=["float32"],
-                       help=f"comma-separated input dtypes of {', '.join(records.DTYPES)} (default float32; "
+    bench.add_argument("--dtypes", type=_dtypes, default=None,
+                       help=f"comma-separated input dtypes of {', '.join(records.DTYPES)} (default float32, "
+                       "with --sweep float32,bfloat16; "
                        "16-bit types time only the variants that take them)")
-    bench.add_argument("--size", type=_size, default="seed", help=f"{SIZE_HELP} (default: seed)")
+    bench.add_argument("--size", type=_size, default=None, help=f"{SIZE_HELP} (default: seed)")
+    bench.add_argument("--sweep", action="store_true",
+                       help="time each problem over a range of shapes, from launch-bound to LLM-sized (--shapes), "
+                       "forward and forward+backward, every rung that takes the dtype and every peer; adds to the "
+                       "record")
+    bench.add_argument("--shapes", type=_shapes, default=None, help="with --sweep: comma-separated ROWSxCOLUMNS "
+                       "(default: each problem's measure.bench.SWEEP_SHAPES)")
     bench.add_argument("--repeats", type=_positive_int, default=20, help="timed calls per measurement")
     bench.add_argument("--no-compile", action="store_true", help="skip the torch.compile peer")
     bench.add_argument("--no-check", action="store_true", help="skip the correctness checks")
@@ -457,7 +519,8 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--replace", action="store_true", help="replace each problem's recorded section "
                        "for this device instead of adding to it (a full re-record: no older row stays)")
     bench.add_argument("--ncu", action="store_true",
-                       help="also profile each kernel once with Nsight Compute (DRAM bytes, FP32 instructions)")
+                       help="also profile each kernel once with Nsight Compute: DRAM bytes, FP32 instructions and "
+                       "the counters per rung (coalescing, active SMs, barriers, shuffles, stalls)")
     bench.set_defaults(fn=cmd_bench)
     _add_output_commands(sub)
     _add_solution_commands(sub)
@@ -513,7 +576,7 @@ def _add_solution_commands(sub) -> None:
     pitfalls.set_defaults(fn=cmd_pitfalls)
 
 
-VALUE_OPTIONS = ("--size", "--repeats", "--trials", "--timeout", "--min-speedup")
+VALUE_OPTIONS = ("--size", "--shapes", "--repeats", "--trials", "--timeout", "--min-speedup")
 
 
 def _attach_dashed_values(argv: list[str]) -> list[str]:

@@ -10,6 +10,10 @@ The API (typed; what ``present`` and ``teach`` read and measure through)::
     section.rows, section.checks                  # list[BenchRow], list[CheckResult], every size and dtype
     section.view()                                # one shape and dtype: the seed size and float32 if held
     section.shapes, section.dtypes, section.is_fresh(), section.source  # "live" or "recorded"
+    section.sweep("bfloat16", "forward")          # list[SweepLine]: one line per implementation over sizes
+    section.ncu                                   # measure.ncu.Profile: per (implementation, direction)
+    section.ncu.find("naive", "forward")          #   Counters: DRAM bytes, sectors per request, active SMs, ...
+    sweep = records.measure_sweep("cross_entropy", dtypes=("float32", "bfloat16"))  # GPU: launch-bound to LLM
     records.load_records(), records.load(path)    # list[Record], Record (device, sections)
     records.devices(), records.resolve_device("nvidia-h200")   # recorded device names
     records.sources_sha256("kl_div")              # what a measurement depends on (freshness)
@@ -52,13 +56,25 @@ import torch
 
 from losslab import build, problems
 from losslab.build import KERNELS, ROOT
-from losslab.measure.bench import BenchRow, bench_problem, flag_physical_floor, set_speedups
+from losslab.measure.bench import (
+    SWEEP_DIRECTIONS,
+    SWEEP_SHAPES,
+    BenchRow,
+    Skipped,
+    bench_problem,
+    flag_physical_floor,
+    hopeless_reason,
+    set_speedups,
+    sweep_memory_bytes,
+    sweep_repeats,
+)
 from losslab.measure.ceilings import measure_ceilings
 from losslab.measure.check import CheckResult, check_problem
-from losslab.measure.ncu import profile_problem
+from losslab.measure.ncu import Counters, Profile, profile_problem
 from losslab.measure.peers import PEERS
 
-__all__ = ["RESULTS_DIR", "SCHEMA", "DTYPES", "BenchRow", "CheckResult", "Record", "RecordError", "Section",
+__all__ = ["RESULTS_DIR", "SCHEMA", "DTYPES", "BenchRow", "CheckResult", "Counters", "Profile", "Record",
+           "RecordError", "Section", "Skipped", "SweepLine", "SweepPoint", "measure_sweep",
            "devices", "device_slug", "is_fresh", "latest_section", "load", "load_records", "measure_section",
            "merge", "combine", "pitfall_sources_sha256", "resolve_device", "run_provenance", "save_section",
            "sources_sha256", "measured_sources"]
@@ -158,7 +174,9 @@ class Section:
     """One problem's results on one device (see the module docstring).
 
     ``ceilings``: what ``ceilings.measure_ceilings`` returned in the newest run ({} if none);
-    ``ncu``: the newest ``ncu.profile_problem`` result, or None.
+    ``ncu``: the newest ``ncu.profile_problem`` result (a typed ``measure.ncu.Profile``), or None;
+    ``skipped``: the (shape, dtype, implementation) a sweep left out, each with its reason
+    (:class:`Skipped`); a measured row of the same key removes its entry.
     """
 
     problem: str
@@ -169,8 +187,12 @@ class Section:
     rows: list[BenchRow] = field(default_factory=list, repr=False)
     checks: list[CheckResult] = field(default_factory=list, repr=False)
     ceilings: dict = field(default_factory=dict, repr=False)
-    ncu: dict | None = field(default=None, repr=False)
+    ncu: Profile | None = field(default=None, repr=False)
     source: str = "recorded"
+    skipped: list[Skipped] = field(default_factory=list, repr=False)
+
+    def __post_init__(self):
+        self.ncu = Profile.from_dict(self.ncu)
 
     # --- what it holds ---
     @property
@@ -206,7 +228,28 @@ class Section:
         """A copy holding only the rows at one shape and dtype (see :meth:`select`); checks, ceilings
         and ncu are kept."""
         return Section(self.problem, self.device, self.multiprocessors, self.memory_bytes, self.compute_capability,
-                       self.select(shape, dtype), list(self.checks), self.ceilings, self.ncu, self.source)
+                       self.select(shape, dtype), list(self.checks), self.ceilings, self.ncu, self.source,
+                       list(self.skipped))
+
+    def sweep(self, dtype: str = "float32", direction: str = "forward") -> list[SweepLine]:
+        """The rows at ``dtype`` and ``direction`` over every recorded shape, as one
+        :class:`SweepLine` per implementation (variants first, in ladder order, then the peers),
+        each line's points ordered by minimum bytes: what a time- or bandwidth-against-size figure
+        plots. Lines with a single shape are kept (a rung timed only at the seed size)."""
+        spec = problems.get(self.problem) if self.problem in problems.names() else None
+        order = list(spec.variants) if spec else []
+        rows = [r for r in self.rows if r.dtype == dtype and r.direction == direction]
+        names = sorted(dict.fromkeys(r.implementation for r in rows),
+                       key=lambda n: (n not in order, order.index(n) if n in order else 0))
+        lines = []
+        for name in names:
+            mine = [r for r in rows if r.implementation == name]
+            points = [SweepPoint(tuple(r.shape), r.shape[0] * r.shape[1],
+                                 problems.get(r.problem).cost(tuple(r.shape), direction, getattr(torch, dtype)).bytes,
+                                 r.median_ms, r.back_to_back_ms, r.host_ms, r.gbps, r.fraction_of_bandwidth,
+                                 r.below_floor) for r in mine]
+            lines.append(SweepLine(name, mine[0].kind, direction, dtype, sorted(points, key=lambda p: p.min_bytes)))
+        return lines
 
     # --- provenance ---
     def _stamps(self, key: str) -> list[str]:
@@ -255,8 +298,9 @@ class Section:
         """The on-disk form (JSON-ready; ``source`` is not saved)."""
         return {"problem": self.problem, "device": self.device, "multiprocessors": self.multiprocessors,
                 "memory_bytes": self.memory_bytes, "compute_capability": self.compute_capability,
-                "ceilings": self.ceilings, "ncu": self.ncu,
-                "rows": [r.as_dict() for r in self.rows], "checks": [c.as_dict() for c in self.checks]}
+                "ceilings": self.ceilings, "ncu": self.ncu.as_dict() if self.ncu else None,
+                "rows": [r.as_dict() for r in self.rows], "checks": [c.as_dict() for c in self.checks],
+                "skipped": [s.as_dict() for s in self.skipped]}
 
     @classmethod
     def from_dict(cls, data: dict, problem: str | None = None) -> Section:
@@ -278,7 +322,7 @@ class Section:
                                             if data.get("bandwidth_gbps") else {})
         return cls(problem, data["device"], data.get("multiprocessors", 0), data.get("memory_bytes", 0),
                    data.get("compute_capability", ""), rows, checks, ceilings, data.get("ncu"),
-                   data.get("source", "recorded"))
+                   data.get("source", "recorded"), [Skipped.from_dict(s) for s in data.get("skipped", [])])
 
     # --- the older dict format, read-only ---
     def keys(self):
@@ -311,6 +355,33 @@ class Section:
             return self[key]
         except KeyError:
             return default
+
+
+@dataclass
+class SweepPoint:
+    """One implementation at one shape of a sweep: ``min_bytes`` is the cost model's minimum
+    traffic (the x axis of a time or bandwidth plot), times in ms (see ``BenchRow``)."""
+
+    shape: tuple[int, int]
+    elements: int
+    min_bytes: int
+    median_ms: float
+    back_to_back_ms: float | None
+    host_ms: float | None
+    gbps: float
+    fraction_of_bandwidth: float
+    below_floor: bool = False
+
+
+@dataclass
+class SweepLine:
+    """One implementation's points over the sizes, smallest first: one line of a sweep figure."""
+
+    implementation: str
+    kind: str  # "variant" or "peer"
+    direction: str
+    dtype: str
+    points: list[SweepPoint] = field(default_factory=list)
 
 
 def _row(data, legacy: dict, device: str) -> BenchRow:
@@ -357,10 +428,13 @@ def merge(old: Section, new: Section, *, same_process: bool = False) -> Section:
         raise ValueError(f"merge: {new.problem} on {new.device} cannot be added to {old.problem} on {old.device}")
     rows = {r.key: r for r in old.rows} | {r.key: r for r in new.rows}
     checks = {c.key: c for c in old.checks} | {c.key: c for c in new.checks}
+    skipped = {s.key: s for s in old.skipped} | {s.key: s for s in new.skipped}
+    measured = {r.key[:4] for r in new.rows}
+    skipped = [s for s in skipped.values() if s.key not in measured]
     merged = Section(new.problem, new.device, new.multiprocessors or old.multiprocessors,
                      new.memory_bytes or old.memory_bytes, new.compute_capability or old.compute_capability,
                      list(rows.values()), list(checks.values()), new.ceilings or old.ceilings,
-                     new.ncu or old.ncu, new.source)
+                     new.ncu or old.ncu, new.source, skipped)
     if same_process:
         set_speedups(merged.rows)
     return merged
@@ -573,3 +647,63 @@ def measure_section(problem: str, size="seed", variants: list | None = None, *, 
     if ncu:
         section.ncu = profile_problem(problem, shape, [v for v in timed if isinstance(v, str)], tuple(peers))
     return section
+
+
+def measure_sweep(problem: str, shapes: Sequence[tuple[int, int]] | None = None, *,
+                  dtypes: Sequence[str] = ("float32", "bfloat16"), peers: Sequence[str] = PEERS,
+                  directions: Sequence[str] = SWEEP_DIRECTIONS, repeats: int = 20, ceilings: dict | None = None,
+                  progress: bool = True) -> Section:
+    """Time ``problem`` over a range of shapes now on the current GPU into a live Section (not saved).
+
+    At each shape and dtype: every rung with kernels for the dtype and every peer, forward and
+    forward+backward (``directions``), per call, back to back and on the host (no float64
+    checks: ``measure_section`` and the gpu tier make those; each row still records its error
+    against float64). Fewer repeats at large shapes (``bench.sweep_repeats``). A rung hopeless
+    at a shape (``bench.hopeless_reason``) and a shape whose inputs would not fit in the free
+    device memory are left out, each as a :class:`Skipped` with its reason in
+    ``section.skipped``. Plot the result with :meth:`Section.sweep`.
+
+    Args:
+        shapes: (rows, columns) pairs; default ``bench.SWEEP_SHAPES[problem]``.
+    Raises:
+        ValueError: unknown problem, dtype or direction; repeats < 1.
+    """
+    spec = problems.get(problem)
+    shapes = [tuple(s) for s in (shapes or SWEEP_SHAPES[problem])]
+    for name in dtypes:
+        if name not in DTYPES:
+            raise ValueError(f"dtypes: unknown dtype {name!r}; expected some of {', '.join(DTYPES)}")
+    for direction in directions:
+        if direction not in problems.DIRECTIONS:
+            raise ValueError(f"directions: unknown direction {direction!r}; expected some of "
+                             f"{', '.join(problems.DIRECTIONS)}")
+    if repeats < 1:
+        raise ValueError(f"repeats: expected at least 1, got {repeats}")
+    ceilings = ceilings or measure_ceilings()
+    bandwidth = {"read": ceilings["read_gbps"], "copy": ceilings["copy_gbps"]}
+    rows, skipped = [], []
+    for name in dtypes:
+        dtype = getattr(torch, name)
+        for shape in shapes:
+            torch.cuda.empty_cache()
+            free, _ = torch.cuda.mem_get_info()
+            needed = sweep_memory_bytes(problem, shape, dtype)
+            if needed > free:
+                skipped.append(Skipped(problem, shape, name, "*", f"needs about {needed / 1e9:.1f} GB of device "
+                                                                  f"memory; {free / 1e9:.1f} GB are free"))
+                continue
+            variants = [v for v in spec.variants if dtype in spec.dtypes(v)]
+            for v in variants:
+                if reason := hopeless_reason(problem, v, shape):
+                    skipped.append(Skipped(problem, shape, name, v, reason))
+            variants = [v for v in variants if not hopeless_reason(problem, v, shape)]
+            rows += bench_problem(problem, shape, variants, peers=tuple(peers),
+                                  repeats=sweep_repeats(problem, shape, dtype, repeats), bandwidth=bandwidth,
+                                  progress=progress, dtype=dtype, directions=tuple(directions))
+    stamp = run_provenance(problem)
+    for item in (*rows, *skipped):
+        for key in ("date", "torch", "cuda", "sources_sha256"):
+            if hasattr(item, key):
+                setattr(item, key, stamp[key])
+    return Section(problem, stamp["device"], stamp["multiprocessors"], stamp["memory_bytes"],
+                   stamp["compute_capability"], rows, [], ceilings, None, "live", skipped)

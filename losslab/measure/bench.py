@@ -19,10 +19,21 @@ from losslab import problems
 from losslab.measure.ceilings import bandwidth_kind, measure_bandwidth, physical_floor
 from losslab.measure.check import relative_error
 from losslab.measure.peers import PEERS, peer_implementations
-from losslab.measure.timing import flush_buffer, peak_extra_memory, time_cuda
+from losslab.measure.timing import FLUSH_BYTES, flush_buffer, peak_extra_memory, time_cuda
 from losslab.ops import variant as get_variant
 
-__all__ = ["PEERS", "BenchRow", "bench_problem", "bench_table_text", "implementations", "flag_physical_floor"]
+__all__ = ["PEERS", "SWEEP_SHAPES", "SWEEP_DIRECTIONS", "BenchRow", "Skipped", "bench_problem", "bench_table_text",
+           "implementations", "flag_physical_floor", "hopeless_reason", "sweep_memory_bytes", "sweep_repeats",
+           "sweep_table_text"]
+
+# The sweep: each problem from launch-bound (128 rows) to LLM-sized rows, the seed size among them.
+SWEEP_SHAPES: dict[str, tuple[tuple[int, int], ...]] = {
+    "cross_entropy": ((128, 4096), (2048, 4096), (32768, 4096), (8192, 32768), (4096, 131072), (2048, 262144)),
+    "kl_div": ((128, 4096), (2048, 16384), (16384, 16384), (2048, 131072)),
+}
+SWEEP_DIRECTIONS = ("forward", "forward_backward")
+SERIAL_COLUMNS = 16384  # naive walks a row in one thread: above this many columns a call takes many ms
+SERIAL_US_PER_COLUMN = 0.27  # about naive's time per column at the seed sizes (kl_div, two inputs; H200)
 
 
 @dataclass
@@ -76,6 +87,65 @@ class BenchRow:
         return asdict(self)
 
 
+@dataclass
+class Skipped:
+    """An implementation a sweep left out at one shape and dtype, and why (e.g. hopeless there,
+    or the inputs do not fit in the device's memory: then ``implementation`` is "*")."""
+
+    problem: str
+    shape: tuple[int, ...]
+    dtype: str
+    implementation: str
+    reason: str
+    date: str = ""
+
+    @property
+    def key(self) -> tuple:
+        """(problem, shape, dtype, implementation): a measured row of the same key replaces it."""
+        return self.problem, tuple(self.shape), self.dtype, self.implementation
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Skipped:
+        return cls(data["problem"], tuple(data["shape"]), data["dtype"], data["implementation"], data["reason"],
+                   data.get("date", ""))
+
+
+def hopeless_reason(problem: str, variant: str, shape: tuple[int, int]) -> str | None:
+    """Why timing ``variant`` at ``shape`` in a sweep would be wasted GPU time, or None.
+
+    The ladder's first rung walks each row in one thread, so its time grows with the row's
+    length whatever the number of rows: above :data:`SERIAL_COLUMNS` columns a call takes many
+    milliseconds and teaches nothing the seed size does not.
+    """
+    spec = problems.get(problem)
+    if spec.variants.index(variant) == 0 and shape[1] > SERIAL_COLUMNS:
+        estimate = shape[1] * SERIAL_US_PER_COLUMN / 1e3
+        return (f"one thread walks each row of {shape[1]} columns (about {estimate:.0f} ms a call at the seed "
+                f"sizes' rate); the sweep leaves it out above {SERIAL_COLUMNS} columns")
+    return None
+
+
+def sweep_memory_bytes(problem: str, shape: tuple[int, int], dtype: torch.dtype) -> int:
+    """Device memory a sweep point needs, about: the inputs four times over (the inputs, each
+    implementation's copy, its gradient, a peer's intermediates), the float64 reference (its
+    inputs, gradient and intermediate), and the L2 flush buffer."""
+    spec = problems.get(problem)
+    elements = shape[0] * shape[1]
+    floats = sum(1 for x in spec.make_inputs((1, 8), seed=0, device="cpu", dtype=dtype) if x.is_floating_point())
+    inputs = spec.cost(shape, "forward", dtype).bytes_read
+    return 4 * inputs + 8 * elements * (floats + 2) + FLUSH_BYTES
+
+
+def sweep_repeats(problem: str, shape: tuple[int, int], dtype: torch.dtype, repeats: int = 20) -> int:
+    """Timed calls per measurement at ``shape``: ``repeats`` up to 1.5 GiB of forward+backward
+    traffic, half that (at least 5) above: large calls vary less and cost more."""
+    nbytes = problems.get(problem).cost(shape, "forward_backward", dtype).bytes
+    return repeats if nbytes <= 1.5 * 2**30 else max(5, repeats // 2)
+
+
 def flag_physical_floor(row: BenchRow, device: str) -> BenchRow:
     """Set ``row``'s ``floor_ms``, ``below_floor`` and ``floor_note`` for ``device`` (in place; returns it)."""
     cost = problems.get(row.problem).cost(tuple(row.shape), row.direction, getattr(torch, row.dtype))
@@ -113,7 +183,8 @@ def _calls(fn: Callable, predictions: torch.Tensor, others: tuple, grad_loss: to
 def bench_problem(problem: str, shape: tuple[int, int] | None = None, variants: list | None = None,
                   peers: tuple[str, ...] = PEERS, repeats: int = 20, seed: int = 0,
                   bandwidth: dict[str, float] | None = None, progress: bool = True,
-                  dtype: torch.dtype = torch.float32) -> list[BenchRow]:
+                  dtype: torch.dtype = torch.float32,
+                  directions: tuple[str, ...] = problems.DIRECTIONS) -> list[BenchRow]:
     """Time each variant and peer of ``problem`` forward, backward and forward+backward.
 
     Gradients flow as in training, ``loss.backward()``: grad_loss = 1 (check.py covers
@@ -127,6 +198,7 @@ def bench_problem(problem: str, shape: tuple[int, int] | None = None, variants: 
         shape: (rows, columns); default the problem's seed size.
         bandwidth: measured ceilings in GB/s, keys "read" and "copy"
             (``ceilings.measure_bandwidth()`` if None).
+        directions: the directions timed (default all of ``problems.DIRECTIONS``).
     Returns one BenchRow per (implementation, direction), with speedups over the peers.
     """
     spec = problems.get(problem)
@@ -153,6 +225,8 @@ def bench_problem(problem: str, shape: tuple[int, int] | None = None, variants: 
             print(f"  {name} left out: {type(err).__name__}: {err}", file=sys.stderr, flush=True)
             continue
         for direction, (call, setup) in calls.items():
+            if direction not in directions:
+                continue
             if direction == "backward" and name in spec.variants and spec.rung(name).writes_grad_in_forward:
                 continue
             cost = spec.cost(shape, direction, dtype)
@@ -207,3 +281,22 @@ def bench_table_text(rows: list[BenchRow]) -> str:
         if r.below_floor:
             notes.append(f"! {r.implementation} {r.direction}: {r.floor_note}")
     return "\n".join(lines + notes)
+
+
+def sweep_table_text(rows: list[BenchRow], skipped: list[Skipped] = ()) -> str:
+    """Fixed-width text table of sweep rows: per dtype and direction, one line per implementation
+    with its median ms per call (and fraction of bandwidth) at each shape; then what was skipped."""
+    shapes = sorted({tuple(r.shape) for r in rows}, key=lambda s: (s[0] * s[1], s))
+    label = lambda s: f"{s[0]}x{s[1]}"
+    lines = []
+    for dtype in dict.fromkeys(r.dtype for r in rows):
+        for direction in [d for d in problems.DIRECTIONS if any(r.direction == d for r in rows)]:
+            chosen = [r for r in rows if r.dtype == dtype and r.direction == direction]
+            lines.append(f"{dtype} {direction}: median ms per call (of bw)")
+            lines.append(f"{'implementation':<14}" + "".join(f" {label(s):>17}" for s in shapes))
+            for name in dict.fromkeys(r.implementation for r in chosen):
+                cells = {tuple(r.shape): f"{r.median_ms:.3f} ({r.fraction_of_bandwidth:.0%})"
+                         for r in chosen if r.implementation == name}
+                lines.append(f"{name:<14}" + "".join(f" {cells.get(s, '-'):>17}" for s in shapes))
+    lines += [f"skipped {s.implementation} at {label(s.shape)} {s.dtype}: {s.reason}" for s in skipped]
+    return "\n".join(lines)
