@@ -38,6 +38,10 @@ What the child checks, in order (the first failure ends the evaluation):
 A hang gives ``timed_out``, a dead child (an illegal address, a segfault) ``crashed`` with
 its stderr; without a GPU, ``no_gpu`` at once; a failure of the evaluator's own code
 ``evaluator_error``.
+
+This module checks the arguments, runs the child and settles the verdict; the child
+(``child.py``) runs the solution and measures; ``verdict.py`` holds the Verdict and the
+rules over measured times, as pure functions.
 """
 from __future__ import annotations
 
