@@ -1,5 +1,5 @@
 """Broken on purpose: a KernelBench-style solution that builds with load_inline(verbose=True)
-and uses an undeclared name in its launch (line 19 of this file). With verbose=True the
+and uses an undeclared name in its launch (line 18 of this file). With verbose=True the
 compiler's output goes to stdout, not into the exception; the evaluator captures it."""
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
