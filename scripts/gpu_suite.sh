@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Everything the GPU machine is for, in one call: build, the compile and gpu test tiers, then the
-# benchmark that adds to reports/results/<device>.json (every dtype, Nsight Compute last) and the
-# pitfalls record reports/results/pitfalls/<device>.json.
+# benchmark that adds to reports/results/<device>.json (every dtype at the seed size; Nsight Compute
+# last: DRAM bytes and each rung's counters, float32), the size sweep added to the same record
+# (launch-bound to LLM-sized, fp32 and bf16, about 3-4 minutes on an H100), and the pitfalls record
+# reports/results/pitfalls/<device>.json.
 # Full logs and the records go to $OUT (default: ./gpu-out); the short tables print last.
 # BENCH_ARGS replaces the bench options (default "--replace --dtypes float32,bfloat16,float16 --ncu":
 # a full re-record of what the committed records hold; without --replace a run adds to the record);
+# SWEEP=0 skips the sweep; SWEEP_ARGS replaces its options (default "--dtypes float32,bfloat16");
 # PITFALLS=0 skips the pitfalls record.
 #   usage: scripts/gpu_suite.sh [problem ...]      (default: every problem, then the summary)
 set -uo pipefail
@@ -25,6 +28,18 @@ echo "== bench: ${problems[*]}"
 python3 -m losslab bench "${problems[@]}" ${BENCH_ARGS:---replace --dtypes float32,bfloat16,float16 --ncu} 2>&1 \
     | tee "$OUT/bench.log" | grep -v "^  "
 bench=${PIPESTATUS[0]}
+sweep=0
+if [ "${SWEEP:-1}" != 0 ]; then
+    echo "== bench --sweep: ${problems[*]}"
+    # shellcheck disable=SC2086  # SWEEP_ARGS is a list of options
+    python3 -m losslab bench "${problems[@]}" --sweep ${SWEEP_ARGS:---dtypes float32,bfloat16} 2>&1 \
+        | tee "$OUT/sweep.log" | grep -v "^  "
+    sweep=${PIPESTATUS[0]}
+fi
+echo "== the ladder's claims against the new record's counters (tests/test_ladder_claims.py)"
+python3 -m pytest -q -rs -p no:cacheprovider tests/test_ladder_claims.py > "$OUT/claims.log" 2>&1
+claims=$?
+tail -n 15 "$OUT/claims.log"
 pitfalls=0
 if [ "${PITFALLS:-1}" != 0 ]; then
     echo "== pitfalls --record"
@@ -36,5 +51,5 @@ mkdir -p "$OUT/results/pitfalls"
 cp reports/results/*.json "$OUT/results/" 2>/dev/null
 cp reports/results/pitfalls/*.json "$OUT/results/pitfalls/" 2>/dev/null
 python3 -m losslab summary | tee "$OUT/summary.txt"
-echo "pytest exit $tests, bench exit $bench, pitfalls exit $pitfalls"
-exit $(( tests || bench || pitfalls ))
+echo "pytest exit $tests, bench exit $bench, sweep exit $sweep, claims exit $claims, pitfalls exit $pitfalls"
+exit $(( tests || bench || sweep || claims || pitfalls ))

@@ -59,3 +59,42 @@ def test_every_row_is_timed_per_call_back_to_back_and_on_the_host():
         assert r.back_to_back_ms > 0 and r.host_ms > 0 and r.median_ms > 0, r
         assert r.floor_ms is None or not r.below_floor, r.floor_note
     assert torch.cuda.is_available()
+
+
+# --- the sweep (cpu tier) --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("problem", problems.names())
+def test_each_sweep_runs_from_launch_bound_rows_through_the_seed_size_to_wide_rows(problem):
+    shapes = bench.SWEEP_SHAPES[problem]
+    assert shapes[0][0] <= 128 and tuple(problems.get(problem).sizes["seed"]) in shapes
+    assert max(c for _, c in shapes) >= 131072  # LLM-sized rows
+    assert bench.SWEEP_DIRECTIONS == ("forward", "forward_backward")
+
+
+def test_only_the_serial_rung_is_hopeless_and_only_on_long_rows():
+    spec = problems.get("cross_entropy")
+    reason = bench.hopeless_reason("cross_entropy", spec.variants[0], (4096, 131072))
+    assert reason and "131072 columns" in reason and str(bench.SERIAL_COLUMNS) in reason
+    assert bench.hopeless_reason("cross_entropy", spec.variants[0], (32768, 4096)) is None
+    assert all(bench.hopeless_reason("cross_entropy", v, (2048, 262144)) is None for v in spec.variants[1:])
+
+
+def test_large_sweep_points_take_fewer_repeats_and_say_what_memory_they_need():
+    assert bench.sweep_repeats("cross_entropy", (128, 4096), torch.float32) == 20
+    assert bench.sweep_repeats("cross_entropy", (4096, 131072), torch.float32) == 10
+    assert bench.sweep_repeats("cross_entropy", (4096, 131072), torch.float32, repeats=6) == 5
+    wide = bench.sweep_memory_bytes("cross_entropy", (4096, 131072), torch.float32)
+    assert 16e9 < wide < 40e9  # fits an 80 GB H100 with room; float64 reference included
+    assert bench.sweep_memory_bytes("cross_entropy", (4096, 131072), torch.bfloat16) < wide
+
+
+def test_the_sweep_table_has_a_column_per_shape_and_lists_what_was_skipped():
+    rows = [_row(shape=(128, 4096), direction="forward", median_ms=0.01, fraction_of_bandwidth=0.1),
+            _row(shape=SEED, direction="forward", median_ms=0.2, fraction_of_bandwidth=0.9),
+            _row(implementation="eager", kind="peer", shape=SEED, direction="forward", median_ms=0.4)]
+    skipped = [bench.Skipped("cross_entropy", (4096, 131072), "float32", "naive", "hopeless here")]
+    text = bench.sweep_table_text(rows, skipped)
+    assert "128x4096" in text and "32768x4096" in text and "0.200 (90%)" in text
+    eager = next(line for line in text.splitlines() if line.startswith("eager"))
+    assert eager.split()[1] == "-"  # not timed at 128 rows
+    assert text.endswith("skipped naive at 4096x131072 float32: hopeless here")

@@ -255,3 +255,38 @@ def test_bench_adds_back_to_back_and_host_times(tmp_path, capsys):
     assert code == 0 and "b2b ms" in text and "host ms" in text
     section = json.loads(out.with_suffix(".kl_div.json").read_text())
     assert all(r["back_to_back_ms"] > 0 and r["host_ms"] > 0 for r in section["rows"])
+
+
+# --- bench --sweep ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("argv, expected", [
+    (["bench", "kl_div", "--sweep", "--size", "small"], "losslab bench: --size: not with --sweep"),
+    (["bench", "--all", "--sweep", "--ncu"], "losslab bench: --ncu: not with --sweep"),
+    (["bench", "kl_div", "--sweep", "--replace"], "losslab bench: --replace: not with --sweep"),
+    (["bench", "kl_div", "--sweep", "--variants", "naive"], "losslab bench: --variants: not with --sweep"),
+    (["bench", "kl_div", "--shapes", "128x4096"], "losslab bench: --shapes: only with --sweep"),
+    (["bench", "kl_div", "--sweep", "--shapes", "128x0"], "losslab bench: --shapes: expected a comma-separated"),
+    (["bench", "kl_div", "--sweep", "--shapes", "-1x5"], "losslab bench: --shapes: expected a comma-separated"),
+])
+def test_sweep_mistakes_are_one_line_before_any_gpu_work(argv, expected, capsys, monkeypatch):
+    monkeypatch.setattr(cli, "_require_gpu", lambda command: pytest.fail("reached the GPU"))
+    code, _, err = run(argv, capsys)
+    assert_one_line(code, err, expected)
+
+
+def test_sweep_shapes_parse_and_default_to_fp32_and_bf16(monkeypatch):
+    assert cli._shapes("128x4096, 2048X16384") == [(128, 4096), (2048, 16384)]
+    seen = {}
+    monkeypatch.setattr(cli, "cmd_sweep", lambda args: seen.update(vars(args)) or 0)
+    assert main(["bench", "--sweep", "kl_div"]) == 0
+    assert seen["problems"] == ["kl_div"] and seen["dtypes"] == ["float32", "bfloat16"] and seen["shapes"] is None
+
+
+@pytest.mark.gpu
+def test_bench_sweep_times_each_shape_and_writes_the_section(tmp_path, capsys):
+    out = tmp_path / "sweep.json"
+    code, text, _ = run(["bench", "kl_div", "--sweep", "--shapes", "128x4096,256x8192", "--no-record",
+                         "--no-compile", "--repeats", "3", "--json", str(out)], capsys)
+    assert code == 0 and "128x4096" in text and "256x8192" in text and "forward_backward" in text
+    section = records.Section.from_dict(json.loads(out.with_suffix(".kl_div.json").read_text()))
+    assert set(section.shapes) == {(128, 4096), (256, 8192)} and section.dtypes == ["float32", "bfloat16"]

@@ -242,6 +242,58 @@ def test_replace_is_a_full_re_record(results_dir, make_section):
     assert records.latest_section("kl_div", results_dir=results_dir).shapes == [(8, 8)]
 
 
+# --- the sweep and the ncu profile in the record -------------------------------------------------------------
+
+def _sweep_section() -> records.Section:
+    rows = [_row(implementation=impl, kind=kind, shape=shape, median_ms=ms, back_to_back_ms=ms / 2, host_ms=0.01,
+                 fraction_of_bandwidth=frac)
+            for impl, kind in (("eager", "peer"), ("fused", "variant"), ("naive", "variant"))
+            for shape, ms, frac in (((2048, 131072), 2.0, 0.8), ((128, 4096), 0.02, 0.1))]
+    rows.append(_row(implementation="fused", shape=(128, 4096), dtype="bfloat16"))
+    rows.append(_row(implementation="fused", shape=(128, 4096), direction="forward_backward"))
+    return records.Section("kl_div", "Fixture GPU", rows=rows)
+
+
+def test_sweep_gives_one_line_per_implementation_ordered_by_size():
+    lines = _sweep_section().sweep("float32", "forward")
+    assert [line.implementation for line in lines] == ["naive", "fused", "eager"]  # ladder order, then peers
+    fused = lines[1]
+    assert fused.kind == "variant" and fused.dtype == "float32" and fused.direction == "forward"
+    assert [p.shape for p in fused.points] == [(128, 4096), (2048, 131072)]
+    small, wide = fused.points
+    assert small.min_bytes < wide.min_bytes and wide.elements == 2048 * 131072
+    assert (wide.median_ms, wide.back_to_back_ms, wide.host_ms, wide.fraction_of_bandwidth) == (2.0, 1.0, 0.01, 0.8)
+    assert [line.implementation for line in _sweep_section().sweep("bfloat16")] == ["fused"]
+    assert _sweep_section().sweep("float16") == []
+
+
+def test_skipped_sweep_points_are_saved_and_a_later_measurement_replaces_them(results_dir):
+    from losslab.measure.bench import Skipped
+
+    skip = Skipped("kl_div", (2048, 131072), "float32", "naive", "hopeless here", date="2026-01-01")
+    records.save_section("kl_div", records.Section("kl_div", "Fixture GPU", rows=[_row()], skipped=[skip]),
+                         results_dir)
+    back = records.latest_section("kl_div", results_dir=results_dir)
+    assert back.skipped == [skip]
+    records.save_section("kl_div", records.Section("kl_div", "Fixture GPU", rows=[_row(shape=(2048, 131072))]),
+                         results_dir)
+    assert records.latest_section("kl_div", results_dir=results_dir).skipped == []
+
+
+def test_the_ncu_profile_is_typed_in_the_record_and_read_back(results_dir):
+    from losslab.measure.ncu import Counters, Profile
+
+    counters = Counters("naive", "variant", "forward", 2, ["k"], dram_bytes_read=8.0, load_requests=10.0,
+                        load_sectors=320.0, grid_size=64, active_sms=63.5, stalls={"long_scoreboard": 9.0})
+    profile = Profile("ok", "fixture", [16384, 16384], ["m"], {"x": "why"}, "v", 132, [counters])
+    records.save_section("kl_div", records.Section("kl_div", "Fixture GPU", rows=[_row()], ncu=profile),
+                         results_dir)
+    back = records.latest_section("kl_div", results_dir=results_dir).ncu
+    assert isinstance(back, Profile) and back == profile
+    assert back.find("naive", "forward").sectors_per_request == 32.0
+    assert back["records"][0]["dram_bytes_read"] == 8.0  # the dict form older code reads
+
+
 # --- gpu tier: a live section, saved and read back ------------------------------------------------------------
 
 @pytest.mark.gpu
@@ -257,3 +309,19 @@ def test_measure_section_stamps_rows_and_checks_and_reads_back_fresh(results_dir
     records.save_section("kl_div", section, results_dir)
     back = records.latest_section("kl_div", results_dir=results_dir)
     assert back.source == "recorded" and back.rows == section.rows and back.is_fresh()
+
+
+@pytest.mark.gpu
+def test_measure_sweep_times_forward_and_forward_backward_at_each_shape(results_dir):
+    section = records.measure_sweep("kl_div", [(128, 4096), (64, 20000)], dtypes=("float32", "bfloat16"),
+                                    peers=("eager",), repeats=3, progress=False)
+    assert section.source == "live" and set(section.shapes) == {(128, 4096), (64, 20000)}
+    assert {r.direction for r in section.rows} == {"forward", "forward_backward"}
+    assert [(s.implementation, s.shape) for s in section.skipped] == [("naive", (64, 20000))]  # long rows
+    bf16 = {line.implementation for line in section.sweep("bfloat16", "forward_backward")}
+    assert bf16 == {"vectorized", "fused", "eager"}  # the rungs that take bf16, and the peer
+    for row in section.rows:
+        assert row.back_to_back_ms > 0 and row.host_ms > 0 and row.sources_sha256 and row.repeats == 3, row
+    records.save_section("kl_div", section, results_dir)
+    back = records.latest_section("kl_div", results_dir=results_dir)
+    assert back.skipped == section.skipped and len(back.sweep("float32")) == 6  # 5 rungs, eager

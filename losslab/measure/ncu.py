@@ -130,8 +130,10 @@ def _to_base(value: str, unit: str) -> float | None:
 
 def _opcodes(value: str) -> dict[str, float]:
     """Per-opcode counts from an instanced metric's value as ``--print-metric-instances details``
-    prints it (pairs such as ``BAR: 72; SHFL: 40``); {} when it holds no opcode names."""
-    return {op: float(n.replace(",", "")) for op, n in _OPCODE_PAIR.findall(value or "")}
+    prints it (pairs such as ``BAR: 72; SHFL: 40; EXIT: 8``); {} unless it holds ``EXIT``, which
+    every kernel executes (so other text is never read as opcode counts)."""
+    found = {op: float(n.replace(",", "")) for op, n in _OPCODE_PAIR.findall(value or "")}
+    return found if "EXIT" in found else {}
 
 
 def _launch_size(text: str) -> int | None:
@@ -391,12 +393,18 @@ def known_metrics(ncu: str) -> set[str] | None:
     return names if "dram__bytes_read" in names else None
 
 
+# Hardware counters ``--query-metrics`` lists by base name; the others (launch attributes, SASS
+# instrumentation, derived ratios and throughputs) are always asked for, and left out only after
+# ncu names them in an error (see :func:`rejected_metrics`).
+_QUERIED = ("dram__bytes", "l1tex__t_", "lts__t_", "sm__cycles", "sm__warps", "smsp__inst_executed")
+
+
 def select_metrics(requested: tuple[str, ...], known: set[str] | None) -> tuple[list[str], dict[str, str]]:
-    """(metrics to ask for, metric -> why it is left out): those whose base name ``known`` lacks
-    are left out; launch attributes (``launch__*``) are not counters and always asked for."""
+    """(metrics to ask for, metric -> why it is left out): the hardware counters whose base name
+    ``known`` lacks are left out; the rest are always asked for."""
     if known is None:
         return list(requested), {}
-    keep = [m for m in requested if m.startswith("launch__") or _base(m) in known]
+    keep = [m for m in requested if not m.startswith(_QUERIED) or _base(m) in known]
     return keep, {m: "not listed by `ncu --query-metrics` for this GPU" for m in requested if m not in keep}
 
 
