@@ -661,7 +661,9 @@ def measure_sweep(problem: str, shapes: Sequence[tuple[int, int]] | None = None,
     against float64). Fewer repeats at large shapes (``bench.sweep_repeats``). A rung hopeless
     at a shape (``bench.hopeless_reason``) and a shape whose inputs would not fit in the free
     device memory are left out, each as a :class:`Skipped` with its reason in
-    ``section.skipped``. Plot the result with :meth:`Section.sweep`.
+    ``section.skipped``. Plot the result with :meth:`Section.sweep`. The torch.compile peer
+    compiles once per dtype and then, as torch.compile does by default when a shape changes,
+    once more with dynamic shapes: the code a training loop of varying sizes gets.
 
     Args:
         shapes: (rows, columns) pairs; default ``bench.SWEEP_SHAPES[problem]``.

@@ -280,6 +280,41 @@ def test_skipped_sweep_points_are_saved_and_a_later_measurement_replaces_them(re
     assert records.latest_section("kl_div", results_dir=results_dir).skipped == []
 
 
+def test_measure_sweep_plans_repeats_directions_and_skips_with_reasons(monkeypatch):
+    import torch
+
+    calls = []
+
+    def fake_bench(problem, shape, variants, **kw):
+        calls.append((shape, kw["dtype"], tuple(variants), kw["repeats"], kw["directions"]))
+        return [_row(problem=problem, implementation=v, shape=shape, dtype=str(kw["dtype"]).removeprefix("torch."))
+                for v in variants]
+
+    monkeypatch.setattr(records, "bench_problem", fake_bench)
+    monkeypatch.setattr(records.torch.cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr(records.torch.cuda, "mem_get_info", lambda: (int(30e9), int(80e9)))
+    monkeypatch.setattr(records, "run_provenance", lambda problem: {
+        "device": "Fixture GPU", "multiprocessors": 132, "memory_bytes": int(80e9), "compute_capability": "9.0",
+        "torch": "t", "cuda": "c", "date": "2026-01-01T00:00:00+00:00", "sources_sha256": "h"})
+    ceilings = {"read_gbps": 3000.0, "copy_gbps": 2800.0}
+    section = records.measure_sweep("cross_entropy", [(128, 4096), (4096, 131072), (65536, 131072)],
+                                    dtypes=("float32", "bfloat16"), ceilings=ceilings, progress=False)
+    spec = problems.get("cross_entropy")
+    first = calls[0]
+    assert first[0] == (128, 4096) and first[2] == spec.variants and first[3] == 20
+    assert first[4] == ("forward", "forward_backward")
+    wide = next(c for c in calls if c[0] == (4096, 131072) and c[1] == torch.float32)
+    assert wide[2] == spec.variants[1:] and wide[3] == 10  # the serial rung left out; fewer repeats
+    assert not any(c[0] == (65536, 131072) for c in calls)  # 32 GiB of logits: does not fit in 30 GB free
+    reasons = {(s.shape, s.dtype, s.implementation): s.reason for s in section.skipped}
+    assert "one thread walks each row" in reasons[(4096, 131072), "float32", spec.variants[0]]
+    assert "GB of device memory" in reasons[(65536, 131072), "bfloat16", "*"]
+    assert all(s.date == "2026-01-01T00:00:00+00:00" for s in section.skipped)
+    assert section.source == "live" and section.multiprocessors == 132
+    with pytest.raises(ValueError, match="directions: unknown direction 'sideways'"):
+        records.measure_sweep("kl_div", directions=("sideways",))
+
+
 def test_the_ncu_profile_is_typed_in_the_record_and_read_back(results_dir):
     from losslab.measure.ncu import Counters, Profile
 
