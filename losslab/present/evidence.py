@@ -121,7 +121,9 @@ class Parallelism:
 
     @property
     def busy_sms(self) -> int:
-        return min(self.blocks, self.sms)
+        """At most one block per SM here (8 warps of the 64 an SM holds); all blocks where the
+        SM count is unknown."""
+        return min(self.blocks, self.sms) if self.sms else self.blocks
 
     @property
     def warps_per_sm(self) -> float:
@@ -267,12 +269,20 @@ def _step_claim(section, key, lower, upper, direction, low, high, what) -> Claim
                  None if s is None else low <= s.speedup <= high)
 
 
+def fraction_of_ceiling(section: records.Section, row) -> float:
+    """The row's floor (minimum bytes over the measured read or copy bandwidth) over its median
+    time: 1.0 on the measured roof, above 1 faster than the reference kernels that set it."""
+    from losslab.present.tables import floor_ms
+
+    return floor_ms(row.problem, tuple(row.shape), row.direction, bandwidth_gbps(section), row.dtype) / row.median_ms
+
+
 def _fraction_claim(section, key, rung, direction, minimum) -> Claim:
     row = _row(section, rung, direction)
-    value = f"{row.fraction_of_bandwidth:.0%}" if row else "not timed"
+    value = f"{fraction_of_ceiling(section, row):.0%}" if row else "not timed"
     return Claim(section.problem, key, f"{rung} {direction} reaches {value} of the measured "
                  f"{row.bandwidth if row else ''} ceiling (at least {minimum:.0%}: scalar loads already saturate it)",
-                 None if row is None else row.fraction_of_bandwidth >= minimum)
+                 None if row is None else fraction_of_ceiling(section, row) >= minimum)
 
 
 def _naive_claims(section: records.Section) -> list[Claim]:
@@ -290,8 +300,9 @@ def _roof_claims(section: records.Section, best: str) -> list[Claim]:
     headroom = mufu_headroom(section, best, "forward")
     sheet = section.ceilings.get("datasheet") or {}
     limit = sheet.get("memory_gbps", 0) / (section.ceilings.get("read_gbps") or math.inf)
-    above = [r for r in section.rows if r.fraction_of_bandwidth > 1 and not r.below_floor]
-    worst = max(above, key=lambda r: r.fraction_of_bandwidth, default=None)
+    fraction = {id(r): fraction_of_ceiling(section, r) for r in section.rows}
+    above = [r for r in section.rows if fraction[id(r)] > 1 and not r.below_floor]
+    worst = max(above, key=lambda r: fraction[id(r)], default=None)
     return [
         Claim(section.problem, "mufu_headroom",
               f"{best} forward runs {headroom:.1f}x below the special-function (MUFU) ceiling (less than 5x: the "
@@ -299,9 +310,9 @@ def _roof_claims(section: records.Section, best: str) -> list[Claim]:
               headroom < 5),
         Claim(section.problem, "above_roof_below_datasheet",
               (f"{len(above)} rows above the measured ceiling, the highest {worst.implementation} {worst.direction} "
-               f"at {worst.fraction_of_bandwidth:.0%}, all below the datasheet peak ({limit:.0%} of it)") if worst
+               f"at {fraction[id(worst)]:.0%}, all below the datasheet peak ({limit:.0%} of it)") if worst
               else "no row above the measured ceiling",
-              None if not limit else all(r.fraction_of_bandwidth < limit for r in above)),
+              None if not limit else all(fraction[id(r)] < limit for r in above)),
     ]
 
 
@@ -376,7 +387,7 @@ def naive_step_ratio(section: records.Section | dict, other: records.Section | d
 
 # --- predict, then measure ---------------------------------------------------------------------------
 
-def predict(section: records.Section | dict, predicted_ms: dict | float | None = None,
+def predict(section: records.Section | dict | None, predicted_ms: dict | float | None = None,
             direction: str = "forward") -> dict[str, float]:
     """{rung: predicted ms} in ``direction``: the reader's numbers (one float for every rung, or
     a dict per rung), else the cost model's floor (minimum bytes over the measured bandwidth).
@@ -384,9 +395,12 @@ def predict(section: records.Section | dict, predicted_ms: dict | float | None =
     Raises:
         ValueError: a prediction that is not a positive number, or a rung not in the ladder.
     """
-    section = as_section(section).view()
     from losslab.present.tables import floor_ms
 
+    section = as_section(section)
+    if section is None or not section.rows:
+        return {}
+    section = section.view()
     rungs = [r for r in problems.get(section.problem).variants if _row(section, r, direction)]
     floor = floor_ms(section.problem, tuple(section.primary_shape), direction, bandwidth_gbps(section),
                      section.primary_dtype or "float32")

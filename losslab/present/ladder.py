@@ -87,12 +87,15 @@ def helper_source(header: str, name: str) -> str:
 def rung_diff(problem: str, lower: str, upper: str, context: int = 2) -> Html:
     """The lines that change from ``lower`` to ``upper`` (a unified diff of the two kernel files,
     ``context`` lines around each change), with each helper of :data:`HELPERS` that the added
-    lines call inlined (as ``|`` lines) after the first added line that calls it.
+    lines call inlined (as ``|`` lines) after the first added line that calls it. The lower
+    rung's names (``<problem>_<lower>_...``) are read as the upper's, so a renamed kernel or
+    launcher whose body is the same is no change.
 
     Raises:
         ValueError: unknown problem or variant.
     """
-    a, b = kernel_source(problem, lower).splitlines(), kernel_source(problem, upper).splitlines()
+    renamed = kernel_source(problem, lower).replace(f"{problem}_{lower}_", f"{problem}_{upper}_")
+    a, b = renamed.splitlines(), kernel_source(problem, upper).splitlines()
     out, shown = [], set()
     for line in difflib.unified_diff(a, b, f"kernels/{problem}/{lower}.cu", f"kernels/{problem}/{upper}.cu",
                                      n=context, lineterm=""):

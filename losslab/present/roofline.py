@@ -134,13 +134,14 @@ def mufu_roofs(sections: list[records.Section], directions: tuple[str, ...] = DI
     out = []
     for section in sections:
         tops = section.ceilings.get("mufu_ex2_tops")
-        if not tops or not section.primary_shape:
+        problem = section.problem or (section.rows[0].problem if section.rows else "")
+        if not tops or not section.primary_shape or problem not in problems.names():
             continue
         for direction in directions:
-            cost = problems.get(section.problem).cost(tuple(section.primary_shape), direction)
+            cost = problems.get(problem).cost(tuple(section.primary_shape), direction)
             if cost.transcendentals and any(r.direction == direction for r in section.rows):
                 per = cost.flops / cost.transcendentals
-                out.append((f"MUFU roof {section.problem} {SHORT.get(direction, direction)}: {tops:.2f} Top/s x "
+                out.append((f"MUFU roof {problem} {SHORT.get(direction, direction)}: {tops:.2f} Top/s x "
                             f"{per:.1f} FLOP per log/exp (measured)", tops * 1e12 * per))
     return out
 
