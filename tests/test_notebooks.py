@@ -189,3 +189,43 @@ def test_another_results_folder_is_the_one_named(tmp_path, results_dir):
     text = all_text(executed)
     assert f"No recorded results for cross_entropy under {results_dir}/" in text
     assert "under reports/results/" not in text
+
+
+# --- the prose follows the data (issue 14) ---------------------------------------------------------
+# The claims the notebooks now make are checked on the records in test_present.py (present.evidence);
+# here: the sentences the records refuted stay gone, and each timing is preceded by a prediction.
+
+REFUTED = {
+    "Scalar loads keep too few bytes in flight": "warp_shuffle's unrolled scalar loads already saturate HBM",
+    "fewer than 4 warps per SM": "naive runs 8 warps on each busy SM; too few blocks, not too few warps",
+    "the accurate `logf` our kernels call": "the kernels call __logf: MUFU.LG2",
+    "re-reading lines evicted": "ncu measures naive reading the minimum bytes from DRAM",
+    "compute roof is irrelevant": "the special-function roof is within about 4x",
+    "bytes used": "uncoalesced loads cost sectors and requests, not DRAM bytes",
+}
+PROSE = ["01_kl_div", "02_cross_entropy", "03_roofline"]
+
+
+@pytest.mark.parametrize("name", PROSE)
+def test_refuted_sentences_stay_gone(name):
+    nb = nbformat.read(report.NOTEBOOKS / f"{name}.ipynb", as_version=4)
+    text = "\n".join(c.source for c in nb.cells)
+    found = [f"{phrase!r} ({why})" for phrase, why in REFUTED.items() if phrase in text]
+    assert not found, found
+    assert not re.search(r"`?fused`? moves right", text), "the x axis is the same for every rung"
+
+
+def test_readme_ladder_follows_the_data():
+    readme = (report.NOTEBOOKS.parent / "README.md").read_text()
+    ladder = readme[readme.index("## The ladder"):].split("\n## ")[0]
+    assert "| too few bytes in flight |" not in ladder
+    assert "too little parallelism" in ladder and "not DRAM bytes" in ladder
+
+
+@pytest.mark.parametrize("name", ["01_kl_div", "02_cross_entropy"])
+def test_a_prediction_comes_before_the_timing_and_is_scored_after(name):
+    nb = nbformat.read(report.NOTEBOOKS / f"{name}.ipynb", as_version=4)
+    code = [c.source for c in nb.cells if c.cell_type == "code"]
+    timing = next(i for i, s in enumerate(code) if s.startswith("tables.timing_table(section)"))
+    assert code[timing - 1].startswith("predicted_forward_ms = None")
+    assert code[timing + 1].startswith("evidence.score_prediction(section, prediction)")

@@ -1,20 +1,23 @@
 """What the notebooks show (cpu tier): results loaded and bannered (``present.results``), the
-ladder's sources (``present.ladder``), the tables (``present.tables``) and the charts
-(``present.charts``); rows below the physical floor marked wherever they appear; records of
-several devices and runs told apart.
+ladder's sources and diffs (``present.ladder``), the tables (``present.tables``), the charts
+(``present.charts``), the evidence per step (``present.evidence``: every claim notebooks 01-03
+make holds on the committed records, and fails on a doctored copy) and the SASS per rung
+(``present.machine_code``, compile tier); rows below the physical floor marked wherever they
+appear; records of several devices and runs told apart.
 
 The sections are the shared ``make_section`` fixture (made-up round numbers) or copies of it,
 written only to tmp folders; two tests read the committed record under ``reports/results/``.
 """
 import dataclasses
 import html
+import re
 
 import pytest
 import torch
 from matplotlib.figure import Figure
 
 from losslab import problems, records
-from losslab.present import charts, ladder, results, tables
+from losslab.present import charts, evidence, ladder, machine_code, results, tables
 from losslab.present import html as present_html
 
 H200 = "NVIDIA H200"  # a device with datasheet figures, so the physical floor applies
@@ -257,6 +260,171 @@ def test_bandwidth_chart_linear_without_naive(section):
 def test_coalescing_figure_counts_lines_and_sectors():
     fig = charts.coalescing_figure(16384)
     titles = [ax.get_title() for ax in fig.axes]
-    assert "32 line(s), 32 sectors fetched: 128 of 1024 bytes used" in titles[0]
-    assert "1 line(s), 4 sectors fetched: 128 of 128 bytes used" in titles[1]
-    assert "4 line(s), 16 sectors fetched: 512 of 512 bytes used" in titles[2]
+    assert "32 line(s), 32 sectors requested from L1/L2 for 128 bytes" in titles[0]
+    assert "1 line(s), 4 sectors requested from L1/L2 for 128 bytes" in titles[1]
+    assert "4 line(s), 16 sectors requested from L1/L2 for 512 bytes" in titles[2]
+    assert "not DRAM bytes" in fig.get_suptitle()  # naive reads the minimum from DRAM (ncu)
+
+
+# --- diffs between adjacent rungs -------------------------------------------------------------------
+
+def test_rung_diff_shows_changed_lines_and_inlines_the_helper():
+    text = ladder.rung_diff("kl_div", "shared_memory", "warp_shuffle").plain
+    assert "+    sum = block_reduce_sum(sum);" in text
+    assert "-        if (threadIdx.x < stride) partial[threadIdx.x] += partial[threadIdx.x + stride];" in text
+    assert "|   --- block_reduce_sum, from kernels/common/reduce.cuh:" in text
+    assert "__shfl_xor_sync" in text  # the helper's body, not just its name
+    # a focused diff: a launcher renamed with its rung, its body the same, is no change
+    assert "cudaError_t kl_div_shared_memory_backward(" not in text
+    assert "constexpr int THREADS = 256;" not in text  # unchanged and far from a change
+
+
+@pytest.mark.parametrize("problem, lower, upper, helper", [
+    ("kl_div", "warp_shuffle", "vectorized", "load_pack"),
+    ("cross_entropy", "shared_memory", "warp_shuffle", "block_reduce_logsumexp"),
+])
+def test_rung_diff_inlines_what_the_upper_rung_relies_on(problem, lower, upper, helper):
+    text = ladder.rung_diff(problem, lower, upper).plain
+    assert f"|   --- {helper}, from kernels/" in text
+    assert text.count(f"|   --- {helper}, from") == 1  # inlined once, where first used
+
+
+def test_helper_source_is_the_whole_definition():
+    source = ladder.helper_source("common/reduce.cuh", "block_reduce")
+    assert source.startswith("//") and "template <typename T, typename Op>" in source
+    assert source.rstrip().endswith("}") and source.count("{") == source.count("}")
+
+
+# --- evidence: the claims the notebooks make, checked on the records ---------------------------------
+
+def committed(problem: str) -> records.Section:
+    return records.latest_section(problem)
+
+
+@pytest.mark.parametrize("problem", problems.names())
+def test_every_claim_the_notebooks_make_holds_on_the_committed_record(problem):
+    found = evidence.claims(committed(problem))
+    assert {c.key for c in found} >= {"naive_parallelism", "naive_dram_minimum", "scalar_saturates", "vector_flat",
+                                      "vector_pays", "mufu_headroom", "above_roof_below_datasheet"}
+    failing = [html.unescape(c.statement) for c in found if c.holds is False]
+    assert not failing, failing
+    # everything the record can answer without the per-rung counters is answered
+    assert all(c.holds for c in found if c.key not in ("naive_active_sms", "coalescing", "fewer_barriers"))
+
+
+def _doctored(problem: str, implementation: str, direction: str, factor: float) -> records.Section:
+    section = committed(problem).view()
+    rows = [dataclasses.replace(r, median_ms=r.median_ms * factor)
+            if (r.implementation, r.direction) == (implementation, direction) else r for r in section.rows]
+    return dataclasses.replace(section, rows=rows)
+
+
+@pytest.mark.parametrize("problem, implementation, direction, factor, key", [
+    ("kl_div", "vectorized", "forward", 0.5, "vector_flat"),  # a real forward gain: "flat" would be wrong
+    ("kl_div", "vectorized", "backward", 2.0, "vector_pays"),
+    ("cross_entropy", "vectorized", "backward", 0.5, "vector_flat"),
+    ("kl_div", "warp_shuffle", "forward", 2.0, "scalar_saturates"),
+    ("kl_div", "vectorized", "forward", 4.0, "mufu_headroom"),
+])
+def test_a_claim_fails_when_the_data_parts_from_it(problem, implementation, direction, factor, key):
+    claim = next(c for c in evidence.claims(_doctored(problem, implementation, direction, factor)) if c.key == key)
+    assert claim.holds is False, claim.statement
+
+
+def test_naive_parallelism_is_computed_from_the_launch_and_the_sm_count():
+    par = evidence.naive_parallelism(committed("kl_div"))
+    assert evidence.threads_per_block("kl_div", "naive") == 256
+    assert (par.rows, par.blocks, par.sms, par.busy_sms, par.warps_per_sm) == (16384, 64, 132, 64, 8)
+    assert 6 < par.gbps_per_sm < 9  # about 7.5 GB/s per busy SM
+    other = evidence.naive_parallelism(committed("cross_entropy"))
+    assert other.blocks == 128 and other.gbps_per_sm == pytest.approx(par.gbps_per_sm, rel=0.15)
+    # the answer notebook 02 gives: the two steps' ratio is busy SMs times shared_memory's fraction
+    text = evidence.naive_step_ratio(committed("kl_div"), committed("cross_entropy"))
+    ratio = float(re.search(r"= ([0-9.]+);", text).group(1))
+    assert ratio == pytest.approx(float(re.search(r"product ([0-9.]+)", text).group(1)), rel=0.1)
+
+
+def _with_counters(problem: str, values: dict) -> records.Section:
+    """The committed section with made-up per-rung counters added to its ncu records."""
+    section = committed(problem).view()
+    ncu = dict(section.ncu)
+    ncu["records"] = [{**(r if isinstance(r, dict) else r.as_dict()),
+                       **values.get((r["implementation"], r["direction"]), {})} for r in ncu["records"]]
+    return dataclasses.replace(section, ncu=ncu)
+
+
+COUNTERS = {("naive", "forward"): {"load_requests": 100.0, "load_sectors": 3200.0, "active_sms": 64.0, "barriers": 0.0},
+            ("shared_memory", "forward"): {"load_requests": 100.0, "load_sectors": 400.0, "active_sms": 132.0,
+                                           "barriers": 9e6},
+            ("warp_shuffle", "forward"): {"load_requests": 100.0, "load_sectors": 400.0, "active_sms": 132.0,
+                                          "barriers": 2e6}}
+
+
+def test_counter_claims_read_the_recorded_counters():
+    found = {c.key: c for c in evidence.claims(_with_counters("kl_div", COUNTERS))}
+    assert found["naive_active_sms"].holds and found["coalescing"].holds and found["fewer_barriers"].holds
+    assert "32 &rarr; 4" in found["coalescing"].statement
+    broken = {**COUNTERS, ("shared_memory", "forward"): {**COUNTERS["shared_memory", "forward"], "load_sectors": 4e4}}
+    assert {c.key: c for c in evidence.claims(_with_counters("kl_div", broken))}["coalescing"].holds is False
+    table = evidence.counters_table(_with_counters("kl_div", COUNTERS)).plain
+    assert "sectors_per_request: naive 32  shared_memory 4  warp_shuffle 4" in table
+
+
+def test_counters_not_recorded_say_so_and_how_to_record_them():
+    text = str(evidence.counters_table(committed("kl_div")))
+    if not evidence.counters(committed("kl_div")):
+        assert "not recorded yet" in text and "scripts/gpu_suite.sh" in text
+    assert evidence.counters_table(_with_counters("kl_div", {})).startswith("<p")  # still none: the message
+
+
+def test_prediction_defaults_to_the_cost_model_and_is_scored():
+    section = committed("kl_div")
+    floor = tables.floor_ms("kl_div", (16384, 16384), "forward", results.bandwidth_gbps(section))
+    assert evidence.predict(section) == dict.fromkeys(problems.get("kl_div").variants, floor)
+    mine = evidence.predict(section, {"naive": 4.4}, "forward")
+    assert mine["naive"] == 4.4 and mine["vectorized"] == floor
+    scored = evidence.score_prediction(section, mine).plain
+    assert "naive: predicted 4.400 ms, measured 4.411 ms: within 25%" in scored
+    assert "x slower than predicted" in evidence.score_prediction(section, {"naive": 0.5}).plain
+    with pytest.raises(ValueError, match="predicted_ms: naive: expected a positive time"):
+        evidence.predict(section, {"naive": -1.0})
+    with pytest.raises(ValueError, match="predicted_ms: nope not timed"):
+        evidence.predict(section, {"nope": 1.0})
+
+
+def test_steps_are_the_rung_below_over_the_rung():
+    found = {(s.lower, s.direction): s for s in evidence.steps(committed("kl_div"))}
+    s = found["warp_shuffle", "backward"]
+    assert s.upper == "vectorized" and s.speedup == pytest.approx(s.lower_ms / s.upper_ms)
+    table = evidence.steps_table(committed("kl_div")).plain
+    assert "warp_shuffle -> vectorized: forward x1.01  backward x1.63" in table
+
+
+# --- SASS and registers per rung (compile tier: nvcc) --------------------------------------------------
+
+@pytest.mark.compile
+def test_sass_shows_what_each_rung_changes():
+    code = {r: {k.direction: k for k in machine_code.rung_code("kl_div", r) if k.direction != "other"}
+            for r in problems.get("kl_div").variants[:4]}
+    naive, shared, shuffle, vector = (code[r]["forward"] for r in problems.get("kl_div").variants[:4])
+    # the compiler already unrolled warp_shuffle's scalar loop into four independent loads per tensor
+    assert machine_code.loads_per_base(shuffle) >= 4 and shuffle.count("LDG 16 B") == 0
+    assert vector.count("LDG 16 B") > 0
+    assert shared.count("BAR") > shuffle.count("BAR") and shuffle.count("SHFL") > 0 == shared.count("SHFL")
+    assert all(k.count("MUFU") > 0 and any("MUFU.LG2" in line for line in k.lines) for k in (naive, vector))  # __logf
+    assert all(k.registers > 0 and k.spill_bytes == 0 for k in (naive, shared, shuffle, vector))
+    # the backward: one element per thread before, a 16-byte pack after
+    assert code["vectorized"]["backward"].count("LDG 16 B") > 0 == code["warp_shuffle"]["backward"].count("LDG 16 B")
+    assert "registers / thread" in str(machine_code.sass_table("kl_div", ["naive"]))
+
+
+def test_sass_without_nvcc_says_so(monkeypatch, tmp_path):
+    monkeypatch.setattr(machine_code, "_CACHE", tmp_path)
+
+    def missing(*args):
+        raise machine_code.BuildError("nvcc not found")
+
+    monkeypatch.setattr(machine_code, "_compile", missing)
+    assert machine_code.rung_code("kl_div", "naive") is None
+    assert "nvcc (or cuobjdump) is missing" in str(machine_code.sass_table("kl_div", ["naive"]))
+    assert "nvcc (or cuobjdump) is missing" in str(machine_code.sass_lines("kl_div", "naive"))

@@ -1,6 +1,8 @@
-"""The roofline plot (cpu tier): points at model intensity and achieved FLOP/s, roofs and ridge,
-measured-traffic points, points below the physical floor crossed out, one device per figure with
-its dates in the title, and the CLI's PNG files. (Ceilings: test_ceilings.py; ncu: test_ncu.py.)
+"""The roofline plot (cpu tier): points at model intensity and achieved FLOP/s (each at its own
+dtype's bytes), roofs and ridge, the special-function (MUFU) roof beside them, forward + backward,
+measured-traffic points only for the profiled dtype, points above the measured roof marked and
+explained, points below the physical floor crossed out, one device per figure with its dates in
+the title, and the CLI's PNG files. (Ceilings: test_ceilings.py; ncu: test_ncu.py.)
 
 The sections below are test fixtures with made-up round numbers, built here to exercise the
 code; they are never written under reports/.
@@ -56,7 +58,7 @@ def test_kl_div_intensity_is_below_one_flop_per_byte():
 
 def test_points_sit_at_model_intensity_and_flops_over_time():
     pts = {(p.implementation, p.direction): p for p in roofline.points(fixture_section())}
-    assert {d for _, d in pts} == {"forward", "backward"}  # forward_backward is left out by default
+    assert {d for _, d in pts} == {"forward", "backward", "forward_backward"}  # forward + backward drawn too
     naive = pts["naive", "forward"]
     assert naive.intensity == pytest.approx(0.5)
     assert naive.flops_per_s == pytest.approx(4 * N / 40e-3)
@@ -143,3 +145,54 @@ def test_cli_roofline_writes_nonempty_pngs(tmp_path, capsys):
 def test_cli_roofline_without_records_says_so(tmp_path, capsys):
     assert main(["roofline", "--output", str(tmp_path / "f"), "--results-dir", str(tmp_path / "none")]) == 1
     assert "no recorded results" in capsys.readouterr().err
+
+
+# --- the roofline tells the truth -------------------------------------------------------------------
+
+def test_the_mufu_roof_is_drawn_per_direction_with_its_ridge():
+    ax = roofline.plot_roofline(fixture_section()).axes[0]
+    mufu = {line.get_label(): line for line in ax.lines if line.get_label().startswith("MUFU roof")}
+    # kl_div forward: 4 FLOP per element over 2 logs, at 4.0 Top/s measured: 8 TFLOP/s
+    forward = next(line for label, line in mufu.items() if "kl_div fwd:" in label)
+    assert forward.get_ydata()[0] == pytest.approx(8e12)
+    assert "ridge 2.7 FLOP/B" in forward.get_label()  # 8 TFLOP/s over the 3000 GB/s read roof
+    assert any("fwd+bwd" in label for label in mufu)
+    assert not any("bwd:" in label and "fwd+bwd" not in label for label in mufu)  # no log in the backward
+    section = fixture_section()
+    del section["ceilings"]["mufu_ex2_tops"]
+    assert not [line for line in roofline.plot_roofline(section).axes[0].lines
+                if line.get_label().startswith("MUFU roof")]
+
+
+def test_a_point_above_the_measured_roof_is_marked_and_explained():
+    section = fixture_section(with_ncu=False)
+    for row in section["rows"]:
+        if row["implementation"] == "vectorized" and row["direction"] == "forward":
+            row["median_ms"] = 8 * N / 3000e9 * 1e3 / 1.06  # 6% above the 3000 GB/s read roof
+    ax = roofline.plot_roofline(section).axes[0]
+    texts = [t.get_text() for t in ax.texts]
+    assert "+6%" in texts
+    note = next(t for t in texts if t.startswith("red +x%"))
+    assert "best of a large torch.sum and a two-stream read kernel" in note and "datasheet peak" in note
+    clean = roofline.plot_roofline(fixture_section(with_ncu=False)).axes[0]
+    assert not any(t.get_text().startswith("red +x%") for t in clean.texts)
+
+
+def test_each_point_uses_its_own_dtypes_bytes_and_never_float32_traffic():
+    section = fixture_section()
+    for row in section["rows"]:
+        row["dtype"] = "bfloat16"  # a bf16-only section: its bytes are half of float32's
+    pts = {(p.implementation, p.direction): p for p in roofline.points(section)}
+    assert pts["vectorized", "forward"].intensity == pytest.approx(1.0)  # 4 FLOP per 2 x 2 bytes
+    assert all(p.measured_bytes is None for p in pts.values())  # ncu profiled float32 only
+
+
+def test_the_roofline_notebook_draws_every_problem_by_default():
+    import ast
+
+    import nbformat
+
+    nb = nbformat.read(roofline.records.ROOT / "notebooks" / "03_roofline.ipynb", as_version=4)
+    cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+    values = {t.id: ast.literal_eval(s.value) for s in ast.parse(cell.source).body for t in s.targets}
+    assert sorted(values["problem_names"]) == sorted(problems.names())
