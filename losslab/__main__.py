@@ -390,8 +390,9 @@ def cmd_bench(args) -> int:
             print(f"  profiling {name} with Nsight Compute ...", file=sys.stderr, flush=True)
             section.ncu = profile_problem(name, shapes[name], args.variants, peers)
             tables.append(f"{name}: DRAM traffic measured by ncu\n{ncu_table_text(section.ncu)}")
-            tables.append(f"{name}: each rung's counters (ncu, {shapes[name][0]}x{shapes[name][1]} float32)\n"
-                          f"{evidence_table_text(section.ncu)}")
+            if section.ncu.status == "ok":
+                tables.append(f"{name}: each rung's counters (ncu, {shapes[name][0]}x{shapes[name][1]} float32)\n"
+                              f"{evidence_table_text(section.ncu)}")
         if not args.no_record:
             path = records.save_section(name, section, replace=args.replace)
             print(f"{'recorded' if args.replace else 'added to'} {path}", file=sys.stderr)
