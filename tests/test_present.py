@@ -304,7 +304,8 @@ def committed(problem: str) -> records.Section:
 @pytest.mark.parametrize("problem", problems.names())
 def test_every_claim_the_notebooks_make_holds_on_the_committed_record(problem):
     found = evidence.claims(committed(problem))
-    assert {c.key for c in found} >= {"naive_parallelism", "naive_dram_minimum", "scalar_saturates", "vector_flat",
+    assert {c.key for c in found} >= {"naive_parallelism", "naive_dram_minimum", "shuffle_flat", "scalar_saturates",
+                                      "vector_flat",
                                       "vector_pays", "mufu_headroom", "above_roof_below_datasheet"}
     failing = [html.unescape(c.statement) for c in found if c.holds is False]
     assert not failing, failing
@@ -325,6 +326,7 @@ def _doctored(problem: str, implementation: str, direction: str, factor: float) 
     ("cross_entropy", "vectorized", "backward", 0.5, "vector_flat"),
     ("kl_div", "warp_shuffle", "forward", 2.0, "scalar_saturates"),
     ("kl_div", "vectorized", "forward", 4.0, "mufu_headroom"),
+    ("cross_entropy", "warp_shuffle", "forward", 0.7, "shuffle_flat"),
 ])
 def test_a_claim_fails_when_the_data_parts_from_it(problem, implementation, direction, factor, key):
     claim = next(c for c in evidence.claims(_doctored(problem, implementation, direction, factor)) if c.key == key)

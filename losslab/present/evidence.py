@@ -342,6 +342,8 @@ def claims(section: records.Section | dict) -> list[Claim]:
     section = as_section(section).view()
     naive, shared, shuffle, vector, *_ = problems.get(section.problem).variants
     out = _naive_claims(section)
+    out.append(_step_claim(section, "shuffle_flat", shared, shuffle, "forward", 0.95, 1.05,
+                           "within 5%: the tree's steps are a small part of a row's time at this size"))
     if section.problem == "kl_div":
         out += [_fraction_claim(section, "scalar_saturates", shuffle, "forward", 0.95),
                 _step_claim(section, "vector_flat", shuffle, vector, "forward", 0.95, 1.05, "within 5%: flat"),
