@@ -2,9 +2,12 @@
 //
 // naive gives each thread a whole row: at step j the 32 lanes of a warp read
 // p[k*D + j] for k = 0..31, addresses D floats apart, so one load touches 32
-// cache lines. Here each row gets a block of THREADS threads instead, and
-// thread k must read elements k, k + THREADS, k + 2*THREADS, ... of its row:
-// then the 32 lanes of a warp read 32 consecutive floats, one 128-byte line.
+// cache lines. Here each row gets a block of THREADS threads instead.
+//
+// Contract of the loop you write: after it, `sum` holds this thread's share
+// of the row's kl_div_term(p, t); over the block's threads every element of
+// the row is added exactly once (any D, including D < THREADS); and at each
+// step the 32 lanes of a warp read 32 consecutive floats (one 128-byte line).
 // The block's tree reduction and the second stage are written for you.
 //
 // Done when losslab.exercises.grade("coalesce") is green.
@@ -25,8 +28,7 @@ coalesced_forward_kernel(const float* __restrict__ predictions,  // (B, D)
     // naive's loop, one thread walking the whole row:
     //     for (int64_t j = 0; j < D; ++j)
     //         sum += kl_div_term(predictions[row_start + j], targets[row_start + j]);
-    // FILL ME IN (roughly 2 lines): the same loop shared by the block's threads,
-    // thread threadIdx.x starting at element threadIdx.x and stepping by THREADS.
+    // FILL ME IN (roughly 2 lines): the block's share of that loop (contract above).
 
     partial[threadIdx.x] = sum;
     __syncthreads();

@@ -6,7 +6,7 @@
 // start or end on one (D odd, or a slice with a storage offset). So a row is
 // read in three parts:
 //   head:  the first elements, up to the first 16-byte boundary (written for you);
-//   packs: float4 loads, thread k taking packs k, k + THREADS, ...;
+//   packs: the float4s after the head, shared by the block's threads;
 //   tail:  the last D - head - 4 * packs elements, one float each.
 // When p and t sit at different offsets from a boundary, no float4 fits both:
 // head is then the whole row (written for you). The block reduction is
@@ -37,12 +37,12 @@ vector_forward_kernel(const float* __restrict__ predictions,  // (B, D)
     for (int64_t j = threadIdx.x; j < head; j += THREADS)
         sum += kl_div_term(p[j], t[j]);
 
-    // FILL ME IN (roughly 6 lines):
-    //  1. packs: for i = threadIdx.x, i + THREADS, ... below `packs`, load
-    //     load_float4(p + head + 4 * i) and the same of t, and add kl_div_term
-    //     of the four pairs (.x, .y, .z, .w);
-    //  2. tail: the elements from head + 4 * packs to D, one float each,
-    //     shared by the block's threads as in the head loop.
+    // FILL ME IN (roughly 6 lines): the packs, then the tail.
+    // Contract: load_float4(q) (common/vector_load.cuh) reads q[0..3] as one
+    // float4 (.x .y .z .w) and requires q to be 16-byte aligned; over the
+    // block every element of the row is added to `sum` exactly once, the
+    // packs and the tail shared by the threads as the head loop shares its
+    // elements.
 
     sum = block_reduce_sum(sum);
     if (threadIdx.x == 0) row_partials[blockIdx.x] = sum;

@@ -2,15 +2,17 @@
 //
 // The shared_memory rung adds a block's 256 sums with a tree in shared memory:
 // 8 steps, each behind a __syncthreads(), most threads idle. The 32 lanes of a
-// warp can add their values without shared memory or barriers by exchanging
-// registers: __shfl_xor_sync(FULL_WARP, value, offset) returns `value` from
-// the lane whose index differs from this lane's in the bits of `offset`.
-// Adding it for offset = 16, 8, 4, 2, 1 (a butterfly) leaves every lane
-// holding the warp's sum. Write warp_sum; block_sum (one shared slot per warp)
-// is written for you and calls it twice.
+// warp can instead exchange registers: __shfl_xor_sync(mask, v, offset)
+// returns v from the lane whose index differs from this lane's in the bits of
+// `offset`; __shfl_down_sync(mask, v, offset) returns v from lane + offset.
+//
+// Contract of warp_sum: called by all 32 lanes of a warp (FULL_WARP), it
+// returns the sum of their `value`s, at least in lane 0 (block_sum uses lane
+// 0's result), with no shared memory and no barrier. block_sum (one shared
+// slot per warp) is written for you and calls it twice.
 //
 // Done when losslab.exercises.grade("warp_shuffle") is green and its machine
-// code shows SHFL.BFLY.
+// code shows a shuffle (SHFL.BFLY or SHFL.DOWN).
 #include "kl_div/kl_div.cuh"
 #include "common/sum_partials.cuh"
 #include "kl_div/launchers.h"
@@ -20,7 +22,7 @@ constexpr unsigned FULL_WARP = 0xffffffffu;
 
 // The sum of `value` over the 32 lanes of the calling warp, in every lane.
 __device__ __forceinline__ float warp_sum(float value) {
-    // FILL ME IN (roughly 2 lines): five __shfl_xor_sync steps, offsets 16, 8, 4, 2, 1.
+    // FILL ME IN (roughly 2 lines): the warp's sum through shuffles (contract above).
     return value;
 }
 
