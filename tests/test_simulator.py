@@ -68,9 +68,10 @@ def test_rewrite_refuses_a_launch_without_arguments():
 
 # ---- solutions, skeletons, wrong answers ----------------------------------------------------
 
-@pytest.mark.parametrize("key", ["coalesce", "warp_shuffle", "vectorize"])
+@pytest.mark.parametrize("key", ["coalesce", "warp_shuffle", "vectorize", "online_softmax", "fused"])
 def test_solution_passes(key):
-    g = grade(key, SOLUTIONS / f"{key}.cu")
+    problem = diagnose.EXERCISES[key].problem
+    g = grade(key, SOLUTIONS.parent / problem / f"{key}.cu")
     assert g.passed, joined(g)
 
 
@@ -88,6 +89,8 @@ def test_solution_outputs_match_the_float64_reference():
     ("coalesce", "the loss is 0 for every input: no element is added"),
     ("warp_shuffle", "only thread 0's own value reaches the loss"),
     ("vectorize", "the elements in the float4 packs never reach the loss"),
+    ("online_softmax", "the combined max is wrong on 3 x 1000: row 0 has max"),
+    ("fused", "elements of the gradient are never written on 3 x 1000"),
 ])
 def test_untouched_skeleton_fails_with_a_clear_message(key, expected):
     g = grade(key, None)
@@ -126,6 +129,14 @@ WRONG = [
      "wrong values on odd widths: every thread adds the whole tail (256 times each)"),
     ("vectorize", "vectorize_tail_overrun.cu",
      "out-of-bounds read: 1 element(s) past the end of targets"),
+    ("online_softmax", "online_softmax_no_rescale.cu",
+     "the max is right but the sum is not on 3 x 1000"),
+    ("online_softmax", "online_softmax_overflow.cu",
+     "the sum is NaN or inf on 3 x 1000: exp of a logit or of a max itself overflows"),
+    ("fused", "fused_no_inv_b.cu",
+     "the gradient is B = 3 times too large on 3 x 1000: L is the sum divided by B"),
+    ("fused", "fused_sign.cu",
+     "the gradient has the wrong sign on 3 x 1000"),
 ]
 
 

@@ -42,6 +42,7 @@ class ExerciseText:
     one_lane: str = "(the reduction adds nothing)"
     row_parts: bool = False
     passing_notes: tuple[tuple[str, str], ...] = ()
+    special: str = ""  # the name of an exercise's own diagnosis in this module (_SPECIAL), run first
 
 
 EXERCISES = {
@@ -56,14 +57,16 @@ EXERCISES = {
                         "complete (the machine-code check looks for SHFL.BFLY, the butterfly that leaves the sum in "
                         "every lane; with SHFL.DOWN the other lanes hold partial sums)"),)),
     "vectorize": ExerciseText("kl_div", row_parts=True),
+    "online_softmax": ExerciseText("cross_entropy", special="online_softmax"),
+    "fused": ExerciseText("kl_div", special="fused"),
 }
 PROBLEM_OF = {key: text.problem for key, text in EXERCISES.items()}
 RTOL, ATOL = 1e-4, 1e-5
 _HINTS = (
-    (re.compile(r"'__shfl(_xor|_down|_up|)' was not declared"),
+    (re.compile(r"(?:'|identifier \")__shfl(_xor|_down|_up|)(?:' was not declared|\" is undefined)"),
      lambda m: f"did you mean __shfl{m[1]}_sync (CUDA 9+ needs the mask)? e.g. "
                f"__shfl{m[1]}_sync(0xffffffff, value, {'lane' if not m[1] else 'offset'})"),
-    (re.compile(r"'__(ballot|any|all)' was not declared"),
+    (re.compile(r"(?:'|identifier \")__(ballot|any|all)(?:' was not declared|\" is undefined)"),
      lambda m: f"did you mean __{m[1]}_sync (CUDA 9+ needs the mask)? e.g. __{m[1]}_sync(0xffffffff, predicate)"),
     (re.compile(r"'(__\w+|cub|cooperative_groups)' (?:was not declared|has not been declared|is not a member)"),
      lambda m: f"the CPU simulator does not provide {m[1]}: where nvcc accepts it, grade on a GPU"),
@@ -71,8 +74,9 @@ _HINTS = (
      lambda m: f"{m[1]} is missing, or its parameters differ from the contract: copy its declaration from "
                f"the problem's launchers.h ({m[1].rsplit('_custom_', 1)[0]}_{m[1].rsplit('_', 1)[1]}_fn)"),
     (re.compile(r"expected '[;,)]' before"), lambda m: "a missing ';', ',' or ')' at the end of the line before?"),
-    (re.compile(r"'(\w+)' was not declared in this scope"),
-     lambda m: f"'{m[1]}' is not defined: a typo, or a name from another scope (THREADS, D, head, packs...)?"),
+    (re.compile(r"(?:'(\w+)' was not declared in this scope|identifier \"(\w+)\" is undefined)"),
+     lambda m: f"'{m[1] or m[2]}' is not defined: a typo, or a name from another scope (THREADS, D, head, "
+               f"packs...)?"),
 )
 
 
@@ -307,6 +311,57 @@ def _backward_messages(outcome: run_lib.Outcome, references) -> list[str]:
     return []
 
 
+def _online_softmax_messages(outcome: run_lib.Outcome, references) -> list[str]:
+    """The (max, sum) combine: an overflow on large logits, a wrong max, a sum not rescaled."""
+    for r in outcome.results:
+        if not r.finished or r.extra.get("row_max") is None:
+            continue
+        x = r.case.p[r.case.offset_p:].reshape(r.case.B, r.case.D).astype(np.float64)
+        want_max = x.max(axis=1)
+        want_log_sum = np.log(np.exp(x - want_max[:, None]).sum(axis=1))
+        got_max, got_log_sum = r.extra["row_max"].astype(np.float64), r.extra["row_log_sum"].astype(np.float64)
+        if not np.all(np.isfinite(got_log_sum)):
+            return [f"the sum is NaN or inf on {r.case.name}: exp of a logit or of a max itself overflows for large "
+                    f"logits (expf(89) is inf) and is 0 for an empty part (max -FLT_MAX: then 0 / 0); combine only "
+                    f"ever needs exp of a difference <= 0: each sum rescaled by exp(its max - the combined max)"]
+        if not np.allclose(got_max, want_max, rtol=RTOL, atol=ATOL):
+            row = int(np.argmax(~np.isclose(got_max, want_max, rtol=RTOL, atol=ATOL)))
+            return [f"the combined max is wrong on {r.case.name}: row {row} has max {got_max[row]:.6g}, its "
+                    f"largest logit is {want_max[row]:.6g}; the max of a union is the larger of the two maxes"]
+        if not np.allclose(got_log_sum, want_log_sum, rtol=RTOL, atol=ATOL):
+            row = int(np.argmax(~np.isclose(got_log_sum, want_log_sum, rtol=RTOL, atol=ATOL)))
+            return [f"the max is right but the sum is not on {r.case.name} (row {row}: log sum {got_log_sum[row]:.6g} "
+                    f"instead of {want_log_sum[row]:.6g}): each part's sum counts exp(x - its own max); before "
+                    f"adding, rescale each by exp(its max - the combined max)"]
+    return []
+
+
+def _fused_messages(outcome: run_lib.Outcome, references) -> list[str]:
+    """The gradient written in the forward: never written, a factor B, the sign."""
+    for r, ref in zip(outcome.results, references, strict=True):
+        if not r.finished or r.grad is None or _close(r.grad, ref["grad"]):
+            continue
+        got, want = r.grad.astype(np.float64), ref["grad"]
+        if np.isnan(got).any() and not np.isnan(want).any():
+            where = int(np.argmax(np.isnan(got)))
+            return [f"elements of the gradient are never written on {r.case.name} (element {where} is still the "
+                    f"NaN the simulator fills grad_predictions with): every element must be written once"]
+        mask = np.abs(want) > 1e-12
+        ratios = got[mask] / want[mask]
+        if ratios.size and np.allclose(ratios, ratios[0], rtol=1e-3):
+            factor = float(ratios[0])
+            if abs(factor / r.case.B - 1) < 1e-3 and r.case.B > 1:
+                return [f"the gradient is B = {r.case.B} times too large on {r.case.name}: L is the sum divided "
+                        f"by B, so dL/dp carries the 1/B (inv_B)"]
+            if abs(factor + 1) < 1e-3:
+                return [f"the gradient has the wrong sign on {r.case.name}: d/dp of -t log p is -t / p"]
+            return [f"the gradient is {factor:.4g} times the reference on {r.case.name}: a wrong factor"]
+    return []
+
+
+_SPECIAL = {"online_softmax": _online_softmax_messages, "fused": _fused_messages}
+
+
 def _notes(text: ExerciseText, source: str) -> list[str]:
     return [note for needle, note in text.passing_notes if needle in source]
 
@@ -361,8 +416,11 @@ def grade_on_cpu(key: str, source: str | Path | None = None, *, time_limit: floa
             seen.add("launch_error")
             messages.append(f"the forward returned cudaError {r.forward_status} on {r.case.name} (a launch "
                             f"configuration the GPU refuses: more than 1024 threads a block, or 0 blocks?)")
-    messages += _value_messages(outcome, references, exercise, text, problem)
-    messages += _backward_messages(outcome, references)
+    special = _SPECIAL[exercise.special](outcome, references) if exercise.special else []
+    generic = _value_messages(outcome, references, exercise, text, problem) + _backward_messages(outcome, references)
+    if special:  # the exercise's own diagnosis replaces the generic "wrong loss/gradient on ..." lines
+        generic = [m for m in generic if not m.startswith(("wrong loss on", "wrong gradient on", "the loss is NaN"))]
+    messages += special + generic
     if "FILL ME IN" in text and messages:
         messages.append("the FILL ME IN in the source is still to do")
     if not messages and (race := _race_message(outcome, text, problem, label)):
