@@ -1,11 +1,18 @@
 """The graded exercises (losslab.teach.exercises, notebook 05).
 
-cpu tier: the files, the ladder order, the grade's verdicts (green only when everything passes;
-a kernel that hung or faulted in its child process is red and says so). compile tier:
-skeletons and solutions compile, the solution's machine code shows the rung's idea and the
-skeleton's does not. gpu tier: solutions pass and skeletons fail, graded in a child process;
-a vectorize that ignores the unaligned head is graded red, not a dead notebook.
+cpu tier: the files, the ladder order, skeletons that state a contract without the answer, the
+grade's verdicts (green only when everything passes; a kernel that hung or faulted in its child
+process is red and says so). compile tier (nvcc, and g++ for the simulator): skeletons and
+solutions compile, the solution's machine code passes the exercise's checks and the skeleton's
+does not; without a GPU a grade runs the kernel in the CPU simulator and names what is wrong;
+with a (mocked) failing GPU check the simulator's diagnosis is added; opcode checks and compile
+errors explain themselves. gpu tier: solutions pass and skeletons and wrong answers fail, graded
+in a child process, wrong answers with the simulator's diagnosis; a vectorize that ignores the
+unaligned head is graded red, not a dead notebook.
 """
+import shutil
+import subprocess
+
 import pytest
 
 from losslab import build, problems
@@ -24,9 +31,25 @@ def test_exercise_files(exercise):
 
 
 def test_exercise_ladder_order():
-    rungs = [e.rung for e in exercises.EXERCISES]
-    ladder = problems.get("kl_div").variants
-    assert rungs == sorted(rungs, key=ladder.index) and len(rungs) >= 3
+    """Five exercises, one idea of the ladder each, in the ladder's order; each rebuilds a real rung."""
+    assert [e.key for e in exercises.EXERCISES] == ["coalesce", "warp_shuffle", "vectorize", "online_softmax", "fused"]
+    for e in exercises.EXERCISES:
+        assert e.rung in problems.get(e.problem).variants and 5 <= e.minutes <= 45
+
+
+@pytest.mark.parametrize("exercise", exercises.EXERCISES, ids=lambda e: e.key)
+def test_skeleton_states_the_contract_not_the_answer(exercise):
+    """The solution's first new line (the loop, the shuffle, the rescale...) is nowhere in the skeleton, not
+    even as a comment, and most of its other new lines neither (a skeleton may quote the rung below as context)."""
+    skeleton, solution = exercise.skeleton.read_text(), exercise.solution.read_text()
+    assert "Contract" in skeleton
+    answer = [line.split("//")[0].strip() for line in solution.splitlines()
+              if line.strip() and line not in skeleton.splitlines() and not line.lstrip().startswith("//")]
+    answer = [a for a in answer if len(a) > 12 and a not in ("}", "{")]
+    assert answer, "the solution adds no code line"
+    assert answer[0] not in skeleton, f"the skeleton spells out {answer[0]!r}"
+    spelled = [line for line in answer if line in skeleton]
+    assert len(spelled) <= len(answer) // 2, f"the skeleton spells out {spelled}"
 
 
 def test_unknown_exercise():
@@ -42,10 +65,28 @@ def test_grade_is_green_only_when_everything_passes():
     assert exercises.Grade("vectorize", "x.cu", True, sass={"LDG.E.128": True}, checks=[_check(True)]).passed
     assert not exercises.Grade("vectorize", "x.cu", True, sass={"LDG.E.128": False}, checks=[_check(True)]).passed
     assert not exercises.Grade("vectorize", "x.cu", True, checks=[_check(True), _check(False)]).passed
-    waiting = exercises.Grade("vectorize", "x.cu", True, note="the checks need a CUDA GPU")
-    assert not waiting.passed and "not run (the checks need a CUDA GPU)" in "\n".join(waiting.lines())
+    waiting = exercises.Grade("vectorize", "x.cu", True, note="no CUDA GPU is visible here")
+    assert not waiting.passed and "not run (no CUDA GPU is visible here)" in "\n".join(waiting.lines())
     assert "not graded yet" in "\n".join(waiting.lines())
+    simulated = exercises.Grade("vectorize", "x.cu", True, simulated=True, diagnosis=["all 8 cases match"])
+    assert simulated.passed and "on the CPU simulator" in "\n".join(simulated.lines())
+    red = exercises.Grade("vectorize", "x.cu", True, simulated=False, diagnosis=["the tail misses"])
+    assert not red.passed and "RED: not yet" in "\n".join(red.lines()) and "the tail misses" in "\n".join(red.lines())
+    # a GPU verdict wins over the simulator's: the hardware ran it
+    assert not exercises.Grade("vectorize", "x.cu", True, checks=[_check(False)], simulated=True).passed
     assert "does not compile" in "\n".join(exercises.Grade("vectorize", "x.cu", False, "line 3: error").lines())
+
+
+def test_coalesce_machine_code_check_reads_the_load_offsets():
+    solution = ("Function : _Z24coalesced_forward_kernelPKfS0_Pfl\n LDG.E.CONSTANT R14, [R8.64+0x800] ;\n"
+                " LDG.E.CONSTANT R18, [R8.64+0x400] ;\n LDG.E.CONSTANT R10, [R8.64] ;")
+    whole_row = ("Function : _Z24coalesced_forward_kernelPKfS0_Pfl\n LDG.E.CONSTANT R12, [R2.64+-0x8] ;\n"
+                 " LDG.E.CONSTANT R6, [R4.64+0x4] ;")
+    assert exercises._strided_loads(solution) is True
+    assert exercises._strided_loads(whole_row) is False
+    assert exercises._strided_loads(" LDG.E R1, [R2.64] ;") is None  # not unrolled: cannot tell
+    check = exercises.get("coalesce").sass[0]
+    assert "0x400" in check.label and "4 bytes" in check.why
 
 
 def test_a_kernel_that_faulted_is_graded_red_with_the_verdict(monkeypatch):
@@ -55,7 +96,7 @@ def test_a_kernel_that_faulted_is_graded_red_with_the_verdict(monkeypatch):
     monkeypatch.setattr(custom, "compile_variant", lambda *a, **k: object())
     monkeypatch.setattr(custom, "check", lambda *a, **k: custom.CheckRun(outcome, None))
     monkeypatch.setattr(custom, "check_source", lambda *a, **k: type("C", (), {"sass": lambda self: "LDG.E.128"})())
-    grade = exercises.grade("vectorize", "// any source", gpu=True)
+    grade = exercises.grade("vectorize", "// any source", gpu=True, simulate=False)
     text = "\n".join(grade.lines())
     assert not grade.passed and "RED: not yet" in text and "not graded yet" not in text
     assert "the kernel did not finish" in text and "misaligned address" in text and "peel the row's head" in text
@@ -63,6 +104,71 @@ def test_a_kernel_that_faulted_is_graded_red_with_the_verdict(monkeypatch):
 
 
 # --- compile tier ------------------------------------------------------------------------------------------
+
+def _gxx_with_sanitizers() -> bool:
+    if shutil.which("g++") is None:
+        return False
+    probe = subprocess.run(["g++", "-x", "c++", "-fsanitize=address,undefined", "-o", "/dev/null", "-"],
+                           input="int main() { return 0; }", text=True, capture_output=True)
+    return probe.returncode == 0
+
+
+simulator = pytest.mark.skipif(not _gxx_with_sanitizers(), reason="g++ with sanitizers missing: no CPU simulator")
+CASES = build.ROOT / "tests" / "simulator_cases"
+
+
+@pytest.mark.compile
+@simulator
+@pytest.mark.parametrize("key, case, expected", [
+    ("coalesce", "coalesce_whole_row.cu", "the loss is 256x too large: each thread sums the whole row"),
+    ("warp_shuffle", "warp_shuffle_assign.cu", "a shuffle result must be added"),
+    ("warp_shuffle", "warp_shuffle_no16.cu", "offset 16 is missing"),
+    ("vectorize", "vectorize_no_head.cu", "misaligned 16-byte load at row 1: peel the head first"),
+    ("online_softmax", "online_softmax_no_rescale.cu", "rescale each by exp(its max - the combined max)"),
+    ("fused", "fused_no_inv_b.cu", "the gradient is B = 3 times too large"),
+])
+def test_without_a_gpu_a_wrong_answer_gets_its_specific_message(key, case, expected):
+    grade = exercises.grade(key, (CASES / case).read_text(), gpu=False)
+    text = "\n".join(grade.lines())
+    assert not grade.passed and grade.simulated is False and expected in text, text
+    assert "RED: not yet" in text and "not graded yet" not in text
+
+
+@pytest.mark.compile
+@simulator
+def test_without_a_gpu_the_solution_is_green_on_the_simulator():
+    grade = exercises.grade("coalesce", solution=True, gpu=False)
+    assert grade.passed, "\n".join(grade.lines())
+    assert grade.sass == {exercises.get("coalesce").sass[0].label: True}
+
+
+@pytest.mark.compile
+@simulator
+def test_shfl_down_is_explained_not_refused():
+    grade = exercises.grade("warp_shuffle", (CASES / "warp_shuffle_down.cu").read_text(), gpu=False)
+    text = "\n".join(grade.lines())
+    assert grade.passed and "SHFL.DOWN (__shfl_down_sync) is fine here: only lane 0's result is used" in text, text
+
+
+@pytest.mark.compile
+@simulator
+def test_a_failing_gpu_check_gets_the_simulator_s_diagnosis(monkeypatch):
+    """On a GPU the numbers say by how much; the simulator's message says what is wrong."""
+    failing = custom.CheckRun(isolated.Outcome("ok", value=[]), [_check(False)])
+    monkeypatch.setattr(custom, "compile_variant", lambda *a, **k: object())
+    monkeypatch.setattr(custom, "check", lambda *a, **k: failing)
+    grade = exercises.grade("coalesce", (CASES / "coalesce_whole_row.cu").read_text(), gpu=True)
+    text = "\n".join(grade.lines())
+    assert not grade.passed and "GPU checks: 0 of 1 passed" in text
+    assert "what is wrong (CPU simulator):" in text and "each thread sums the whole row" in text, text
+
+
+@pytest.mark.compile
+def test_a_compile_error_gets_a_hint():
+    source = (CASES / "warp_shuffle_no_sync.cu").read_text()
+    grade = exercises.grade("warp_shuffle", source, gpu=False, simulate=False)
+    assert not grade.compiled
+    assert "hint: did you mean __shfl_xor_sync (CUDA 9+ needs the mask)?" in "\n".join(grade.lines())
 
 @pytest.mark.compile
 @pytest.mark.parametrize("exercise", exercises.EXERCISES, ids=lambda e: e.key)
@@ -77,8 +183,8 @@ def test_skeleton_and_solution_compile(exercise, tmp_path):
         sass = {kind: c.sass() for kind, c in compiled.items()}
     except build.BuildError as err:
         pytest.skip(f"cuobjdump missing: {err}")
-    for opcode in exercise.sass:
-        assert opcode in sass["solution"] and opcode not in sass["skeleton"]
+    assert all(check.found(sass["solution"]) for check in exercise.sass)
+    assert not all(check.found(sass["skeleton"]) for check in exercise.sass)
 
 
 # --- gpu tier ----------------------------------------------------------------------------------------------
@@ -90,6 +196,25 @@ def test_solution_passes_and_skeleton_fails(exercise):
     assert solved.passed, "\n".join(solved.lines())
     skeleton = exercises.grade(exercise.key)
     assert not skeleton.passed and (skeleton.fault or skeleton.checks is not None), "\n".join(skeleton.lines())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("key, case, expected", [
+    ("coalesce", "coalesce_whole_row.cu", "each thread sums the whole row"),
+    ("warp_shuffle", "warp_shuffle_assign.cu", "a shuffle result must be added"),
+    ("warp_shuffle", "warp_shuffle_no16.cu", "offset 16 is missing"),
+    ("vectorize", "vectorize_no_tail.cu", "the scalar tail misses"),
+    ("online_softmax", "online_softmax_no_rescale.cu", "the max is right but the sum is not"),
+    ("online_softmax", "online_softmax_overflow.cu", "the sum is NaN or inf"),
+    ("fused", "fused_no_inv_b.cu", "the gradient is B = 3 times too large"),
+    ("fused", "fused_sign.cu", "the gradient has the wrong sign"),
+])
+def test_wrong_answers_fail_on_the_gpu_with_the_diagnosis(key, case, expected):
+    grade = exercises.grade(key, (CASES / case).read_text())
+    text = "\n".join(grade.lines())
+    assert not grade.passed and (grade.fault or grade.checks is not None), text
+    if _gxx_with_sanitizers():
+        assert expected in text, text
 
 
 @pytest.mark.gpu

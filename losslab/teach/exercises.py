@@ -2,22 +2,31 @@
 
     from losslab.teach import exercises
     exercises.task("coalesce")          # what to do, and the skeleton's source
-    exercises.grade("coalesce")         # compile, machine code, and (on a GPU) the checks
+    exercises.grade("coalesce")         # compile, machine code, run, and what is wrong
 
-Each exercise is a CUDA file under ``exercises/<problem>/`` that compiles but fails the
-check until its ``FILL ME IN`` is done; its solution is under
-``exercises/solutions/<problem>/``. Both define the launchers of a custom variant
-(``losslab.teach.custom``); the backward is a shipped rung's. A grade is green when the
-source compiles, its machine code shows the rung's idea (where an opcode shows it) and
-every check against the float64 reference passes. On a GPU the checks run in a child
-process with a time limit (``custom.check``): a kernel that hangs or faults (a misaligned
-float4 load) is graded red with what happened, and the notebook's CUDA context stays
-usable. Without a GPU the grade compiles the source, reads its SASS and says that the
-checks need a GPU.
+Each exercise is a CUDA file under ``exercises/<problem>/`` that compiles but fails until
+its ``FILL ME IN`` is done; its solution is under ``exercises/solutions/<problem>/``. Both
+define the launchers of a custom variant (``losslab.teach.custom``). The five follow the
+ladder, one idea each: coalesce, warp_shuffle, vectorize (kl_div), online_softmax
+(cross_entropy's (max, sum) combine) and fused (kl_div's gradient written in the forward).
+
+A grade always runs the kernel:
+  - on a GPU (``gpu`` None: when one is visible) the checks run forward and backward against
+    float64 in a child process with a time limit (``custom.check``): a hang or a fault (a
+    misaligned float4 load) is a red grade with what happened, and the notebook's CUDA context
+    stays usable. When they fail, the CPU simulator's diagnosis is added, so the grade says
+    what is wrong, not only by how much;
+  - without a GPU the CPU simulator (``losslab.teach.simulator``) runs the kernel on designed
+    inputs and its messages are the grade ("the loss is 256x too large: each thread sums the
+    whole row").
+Machine-code checks explain themselves (which opcodes show the idea, and why an alternative
+is fine), and compile errors get hints for common slips.
 """
 from __future__ import annotations
 
 import html
+import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,24 +34,74 @@ import torch
 
 from losslab import build
 from losslab.present.html import Html
-from losslab.teach import custom
+from losslab.teach import custom, isolated
 from losslab.teach.custom.evaluation import CHECK_TIMEOUT_S
 
 ROOT = build.ROOT / "exercises"
 SIZES = ("small", "odd", "narrow", "scalar")  # graded sizes: aligned, odd, few rows, one element
+_LOAD_OFFSET = re.compile(r"LDG\.E[.\w]*\s+R\d+,\s*\[R\d+(?:\.64)?([+-]0x[0-9a-f]+)?\]")
+
+
+def _kernel_sass(sass: str, kernel: str) -> str:
+    """The SASS of the functions whose mangled name contains ``kernel`` (all of it when none does)."""
+    parts = re.split(r"(?=\n\s*Function : )", sass)
+    mine = [p for p in parts if re.search(rf"Function : \S*{kernel}", p)]
+    return "\n".join(mine) or sass
+
+
+def _strided_loads(sass: str) -> bool | None:
+    """Whether the row loop's unrolled loads step by a block's width: True when the loads'
+    immediate offsets are multiples of 0x400 (256 floats: thread k's next element is a block
+    away), False when one is 4, 8 or 12 bytes (a thread walking consecutive floats), None when
+    the compiler left no offsets to read (the loop not unrolled)."""
+    offsets = [int(m[1], 16) for m in _LOAD_OFFSET.finditer(_kernel_sass(sass, "forward_kernel")) if m[1]]
+    if any(0 < abs(o) < 16 for o in offsets):
+        return False
+    return True if any(o % 0x400 == 0 for o in offsets) else None
+
+
+@dataclass(frozen=True)
+class SassCheck:
+    """One machine-code check: ``label`` is shown; ``any_of``: opcodes of which one must appear,
+    or ``test``: a function of the SASS giving True, False or None (cannot tell); ``why``
+    explains what it shows; ``notes``: (opcode, note) shown when that opcode is what was found."""
+
+    label: str
+    why: str
+    any_of: tuple[str, ...] = ()
+    test: Callable[[str], bool | None] | None = None
+    notes: tuple[tuple[str, str], ...] = ()
+
+    def found(self, sass: str) -> bool | None:
+        return self.test(sass) if self.test else any(op in sass for op in self.any_of)
+
+    def explain(self, sass: str) -> list[str]:
+        return [note for opcode, note in self.notes if opcode in sass]
+
+
+SHUFFLE = SassCheck(
+    "a warp shuffle (SHFL.BFLY or SHFL.DOWN)",
+    "registers exchanged between lanes, no shared memory",
+    any_of=("SHFL.BFLY", "SHFL.DOWN"),
+    notes=(("SHFL.DOWN", "SHFL.DOWN (__shfl_down_sync) is fine here: only lane 0's result is used, and a shift "
+                         "down leaves lane 0 complete; SHFL.BFLY (__shfl_xor_sync) leaves the sum in every lane, "
+                         "which a caller that needs it everywhere (a max used by all lanes) requires"),))
 
 
 @dataclass(frozen=True)
 class Exercise:
-    """One exercise: ``key`` names its files, ``rung`` the shipped rung it rebuilds,
-    ``sass`` the opcodes its machine code must show when done."""
+    """One exercise: ``key`` names its files, ``rung`` the shipped rung it rebuilds, ``minutes``
+    the time a participant typically needs, ``sass`` the machine-code checks it must pass when
+    done; ``fused``: its forward writes the gradient (checked with the fused rung's autograd)."""
 
     key: str
     problem: str
     rung: str
     title: str
     task: str
-    sass: tuple[str, ...] = ()
+    minutes: int
+    sass: tuple[SassCheck, ...] = ()
+    fused: bool = False
 
     @property
     def skeleton(self) -> Path:
@@ -54,15 +113,31 @@ class Exercise:
 
 
 EXERCISES = (
-    Exercise("coalesce", "kl_div", "shared_memory", "Coalesce the naive row loop",
-             "Give each row a block and let thread k read elements k, k + 256, ...: a warp then "
-             "reads 32 consecutive floats (one 128-byte line) instead of 32 lines D floats apart."),
-    Exercise("warp_shuffle", "kl_div", "warp_shuffle", "Replace the shared-memory tree with warp shuffles",
-             "Write warp_sum: five __shfl_xor_sync steps (offsets 16, 8, 4, 2, 1) leave the warp's sum "
-             "in every lane, with no shared memory and no barrier.", ("SHFL.BFLY",)),
-    Exercise("vectorize", "kl_div", "vectorized", "Vectorize the loads, with a correct tail",
-             "Read the aligned middle of each row with float4 loads (16 bytes per instruction) and "
-             "finish the elements after the last whole float4 one at a time.", ("LDG.E.128",)),
+    Exercise("coalesce", "kl_div", "shared_memory", "Coalesce the row loop",
+             "One block per row: the block's threads must share the row so that, at each step of the loop, "
+             "the 32 lanes of a warp read 32 consecutive floats (one 128-byte line), and every element is "
+             "added exactly once.", 10,
+             (SassCheck("loads a block's width apart (LDG offsets in multiples of 0x400)",
+                        "the compiler unrolls the row loop; the immediate offsets of its loads are the distance "
+                        "from one iteration's element to the next for one thread: 256 floats (0x400 bytes) when "
+                        "a thread steps over the block's other threads, 4 bytes when it walks its own run of "
+                        "consecutive floats (uncoalesced across lanes)", test=_strided_loads),)),
+    Exercise("warp_shuffle", "kl_div", "warp_shuffle", "Sum a warp with shuffles",
+             "Write warp_sum: the sum of `value` over the 32 lanes of the warp, exchanged through registers "
+             "(no shared memory, no barrier). block_sum uses lane 0's result.", 15, (SHUFFLE,)),
+    Exercise("vectorize", "kl_div", "vectorized", "Vectorize the loads, with head and tail",
+             "Read the aligned middle of each row with 16-byte float4 loads and every other element exactly "
+             "once, on any width and any alignment of the row.", 20,
+             (SassCheck("16-byte loads (LDG.E.128)", "one instruction moves four floats", any_of=("LDG.E.128",)),)),
+    Exercise("online_softmax", "cross_entropy", "warp_shuffle", "Combine two online-softmax states",
+             "Write combine: the (max, sum) state of the union of two parts of a row, from each part's "
+             "(max, sum of exp(x - max)), exact for any logits (1e4 included) and for an empty part "
+             "(max -FLT_MAX, sum 0).", 20,
+             (SHUFFLE, SassCheck("exponentials on the special-function unit (MUFU.EX2)",
+                                 "expf rescales each sum", any_of=("MUFU.EX2",)))),
+    Exercise("fused", "kl_div", "fused", "Fuse the gradient into the forward",
+             "While the forward reads p and t for the loss, write dL/dp for grad_loss = 1 into "
+             "grad_predictions, so the backward only scales it by grad_loss.", 15, fused=True),
 )
 
 
@@ -82,9 +157,10 @@ def task(key: str) -> Html:
     """The exercise's task and its skeleton's source (with its path, to open and edit)."""
     e = get(key)
     path = e.skeleton.relative_to(build.ROOT)
-    plain = f"{e.title}\n{e.task}\nEdit {path}:\n\n{e.skeleton.read_text()}"
-    body = (f"<p><b>{html.escape(e.title)}</b> (the <code>{e.rung}</code> rung). {html.escape(e.task)} "
-            f"Edit <code>{path}</code>, then run the grade cell.</p>" + _pre(e.skeleton.read_text()))
+    plain = f"{e.title} (about {e.minutes} min)\n{e.task}\nEdit {path}:\n\n{e.skeleton.read_text()}"
+    body = (f"<p><b>{html.escape(e.title)}</b> (the <code>{e.rung}</code> rung of {e.problem}; about {e.minutes} "
+            f"min). {html.escape(e.task)} Edit <code>{path}</code>, then run the grade cell.</p>"
+            + _pre(e.skeleton.read_text()))
     return Html(body, plain)
 
 
@@ -92,72 +168,164 @@ def task(key: str) -> Html:
 class Grade:
     """The outcome of grading one source.
 
-    ``compiled``: nvcc accepted it (else ``compile_error``); ``sass``: opcode -> found in its
-    machine code (empty when cuobjdump is missing or nothing is asked); ``checks``: the
-    CheckResults (None when they could not run, ``note`` says why); ``fault``: the child's
-    verdict when the kernel hung or faulted (the checks then stopped); ``passed``: all green.
+    ``compiled``: nvcc accepted it (else ``compile_error`` and ``hints``); ``sass``: check label
+    -> True, False or None (cannot tell; empty when cuobjdump is missing), ``sass_notes`` what
+    the machine code shows; ``checks``: the GPU's CheckResults (None when they did not run,
+    ``note`` says why); ``fault``: the child's verdict when the kernel hung or faulted;
+    ``simulated``: the CPU simulator's verdict (None when it did not run) and ``diagnosis`` its
+    messages; ``passed``: all green (the GPU's checks when they ran, else the simulator's).
     """
 
     key: str
     path: str
     compiled: bool
     compile_error: str = ""
-    sass: dict[str, bool] = field(default_factory=dict)
+    sass: dict[str, bool | None] = field(default_factory=dict)
     checks: list | None = None
     note: str = ""
     fault: str = ""
+    hints: list[str] = field(default_factory=list)
+    sass_notes: list[str] = field(default_factory=list)
+    simulated: bool | None = None
+    diagnosis: list[str] = field(default_factory=list)
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.checks is not None or bool(self.fault)
 
     @property
     def passed(self) -> bool:
-        return (self.compiled and all(self.sass.values()) and self.checks is not None
-                and all(c.passed for c in self.checks))
+        if not self.compiled or any(found is False for found in self.sass.values()):
+            return False
+        if self.on_gpu:
+            return self.checks is not None and all(c.passed for c in self.checks)
+        return self.simulated is True
+
+    @property
+    def waiting(self) -> bool:
+        """Nothing ran the kernel (no GPU and no simulator): not graded yet."""
+        return self.compiled and not self.on_gpu and self.simulated is None
 
     def lines(self) -> list[str]:
         """The grade as lines of text."""
         out = [f"{self.key}: {self.path}"]
         if not self.compiled:
-            return out + ["  does not compile:", *("    " + line for line in self.compile_error.splitlines())]
+            return out + ["  does not compile:", *("    " + line for line in self.compile_error.splitlines()),
+                          *(f"  hint: {h}" for h in self.hints)]
         out.append("  compiles (nvcc)")
-        for opcode, found in self.sass.items():
-            out.append(f"  machine code shows {opcode}: {'yes' if found else 'NO'}")
+        for label, found in self.sass.items():
+            out.append(f"  machine code shows {label}: {'yes' if found else 'cannot tell' if found is None else 'NO'}")
+        out += [f"    {n}" for n in self.sass_notes]
         if self.fault:
-            out.append("  checks: stopped, the kernel did not finish:")
+            out.append("  GPU checks: stopped, the kernel did not finish:")
             out += ["    " + line for line in self.fault.splitlines()]
-        elif self.checks is None:
-            out.append(f"  checks: not run ({self.note})")
-        else:
+        elif self.checks is not None:
             failed = [c for c in self.checks if not c.passed]
-            out.append(f"  checks: {len(self.checks) - len(failed)} of {len(self.checks)} passed")
+            out.append(f"  GPU checks: {len(self.checks) - len(failed)} of {len(self.checks)} passed")
             for c in failed[:8]:
                 out.append(f"    FAIL {c.direction} {c.case}: error {c.error:.2e} > {c.tolerance:.0e} "
                            f"{c.detail}".rstrip())
-        waiting = self.checks is None and not self.fault and self.compiled and all(self.sass.values())
-        verdict = "GREEN: done" if self.passed else "not graded yet" if waiting else "RED: not yet"
+        elif self.note:
+            out.append(f"  GPU checks: not run ({self.note})")
+        if self.simulated is not None:
+            head = "what is wrong (CPU simulator)" if self.on_gpu else \
+                f"CPU simulator: {'all cases pass' if self.simulated else 'wrong'}"
+            out += [f"  {head}:", *(f"    {m}" for m in self.diagnosis)]
+        verdict = "GREEN: done" if self.passed else "not graded yet" if self.waiting else "RED: not yet"
+        if self.passed and not self.on_gpu:
+            verdict += " (on the CPU simulator; a GPU grade also runs it on the hardware)"
         return out + [f"  {verdict}"]
 
     def _repr_mimebundle_(self, include=None, exclude=None):
         text = "\n".join(self.lines())
-        waiting = self.checks is None and not self.fault and self.compiled
-        color = "#060" if self.passed else "#a40" if waiting else "#b00"
+        color = "#060" if self.passed else "#a40" if self.waiting else "#b00"
         return {"text/plain": text, "text/html": f'<pre style="color:{color}">{html.escape(text)}</pre>'}
 
 
+class FusedVariant(custom.CustomVariant):
+    """A custom variant whose forward writes dL/dp for grad_loss = 1 (the fused rung's contract:
+    the forward gets a gradient buffer, the source's backward scales it in place)."""
+
+    def launch_forward(self, inputs, out=None, needs_grad=False, grad_out=None):
+        from losslab.teach.custom.variant import _host
+
+        return _host(self.problem).forward(self.module, "custom_forward", True, *inputs, out=out, grad_out=grad_out)
+
+    def launch_backward(self, saved, grad_loss, out=None):
+        from losslab.teach.custom.variant import _host
+
+        return _host(self.problem).backward(self.module, "custom_backward", True, saved, grad_loss, out=out)
+
+
+def fused_checks_in_child(problem: str, name: str, cuda_source: str, root: str, sizes: list[str],
+                          edge_cases: bool, seed: int | None) -> list[dict]:
+    """The child's side of a fused exercise's checks: rebuild (cached) as a :class:`FusedVariant`."""
+    from losslab.teach.custom.evaluation import run_checks
+
+    v = custom.compile_variant(problem, name, cuda_source, root=Path(root))
+    fused = FusedVariant(v.problem, v.name, v.source, v.compiled, v.module, None)
+    return [c.as_dict() for c in run_checks(fused, sizes, edge_cases, seed)]
+
+
+def _gpu_checks(e: Exercise, variant, sizes, edge_cases: bool, timeout_s: float) -> custom.CheckRun:
+    if not e.fused:
+        return custom.check(variant, sizes, edge_cases=edge_cases, seed=0, timeout_s=timeout_s)
+    from losslab.measure.check import CheckResult
+
+    kwargs = {"problem": e.problem, "name": e.key, "cuda_source": variant.source,
+              "root": str(variant.compiled.folder.parent), "sizes": list(sizes), "edge_cases": edge_cases, "seed": 0}
+    outcome = isolated.run("losslab.teach.exercises:fused_checks_in_child", kwargs, timeout_s)
+    checks = [CheckResult(**{**c, "shape": tuple(c["shape"])}) for c in outcome.value] if outcome.ok else None
+    return custom.CheckRun(outcome, checks)
+
+
+def _simulate(key: str, source: str) -> tuple[bool | None, list[str]]:
+    """The CPU simulator's verdict and messages, or (None, [why not]) where it cannot run here."""
+    from losslab.teach import simulator
+    from losslab.teach.simulator.build import SimulatorError
+
+    try:
+        cpu = simulator.grade_on_cpu(key, source)
+    except (SimulatorError, OSError) as err:
+        return None, [f"the CPU simulator does not run here: {err}"]
+    return cpu.passed, cpu.messages
+
+
+def _read_sass(e: Exercise, compiled, result: Grade) -> list[str]:
+    """Fill ``result.sass`` and its notes; returns notes of what could not be read."""
+    if not e.sass:
+        return []
+    try:
+        sass = compiled.sass()
+    except (build.BuildError, OSError) as err:
+        return [f"machine code not read: {err}"]
+    for check in e.sass:
+        found = check.found(sass)
+        result.sass[check.label] = found
+        result.sass_notes += check.explain(sass) if found else [f"{check.label}: {check.why}"]
+    return []
+
+
 def grade(key: str, source: str | None = None, *, solution: bool = False, gpu: bool | None = None,
-          sizes: tuple[str, ...] = SIZES, edge_cases: bool = True,
+          simulate: bool = True, sizes: tuple[str, ...] = SIZES, edge_cases: bool = True,
           timeout_s: float = CHECK_TIMEOUT_S) -> Grade:
     """Grade exercise ``key``: the skeleton file as it is now (your edits), or ``source``,
     or with ``solution=True`` the solution file.
 
-    Compiles with nvcc, reads the machine code for the exercise's opcodes (when cuobjdump
-    is available) and, on a GPU (``gpu`` None: when one is visible), builds the variant and
-    checks it forward and backward at ``sizes`` and on the edge cases, in a child process
-    killed after ``timeout_s`` seconds. Never raises for a wrong source: a compile error, a
-    hang or a fault is part of the grade.
+    Compiles with nvcc (a compile error gets hints for common slips), reads the machine code
+    for the exercise's checks (when cuobjdump is available), then runs the kernel: on a GPU
+    (``gpu`` None: when one is visible) forward and backward against float64 at ``sizes`` and
+    on the edge cases in a child process killed after ``timeout_s`` seconds, with the CPU
+    simulator's diagnosis added when they fail; without one, on the CPU simulator (``simulate``
+    False: skip it). Never raises for a wrong source: a compile error, a hang or a fault is
+    part of the grade.
 
     Raises:
         ValueError: unknown exercise.
         build.BuildError: nvcc is missing here.
     """
+    from losslab.teach.simulator.diagnose import compile_hints
+
     e = get(key)
     path = e.solution if solution else e.skeleton
     label = "your source" if source is not None else str(path.relative_to(build.ROOT))
@@ -165,25 +333,27 @@ def grade(key: str, source: str | None = None, *, solution: bool = False, gpu: b
     try:
         compiled = custom.check_source(e.problem, source, e.key)
     except custom.CustomCompileError as err:
-        return Grade(key, label, False, str(err))
+        return Grade(key, label, False, str(err), hints=compile_hints(str(err)))
     except build.BuildError as err:  # no nvcc here: nothing can be graded
         return Grade(key, label, False, f"cannot compile on this machine: {err}")
     result = Grade(key, label, True)
-    notes = []
-    if e.sass:
-        try:
-            sass = compiled.sass()
-            result.sass = {opcode: opcode in sass for opcode in e.sass}
-        except (build.BuildError, OSError) as err:
-            notes.append(f"machine code not read: {err}")
+    notes = _read_sass(e, compiled, result)
     gpu = torch.cuda.is_available() if gpu is None else gpu
     if not gpu:
-        result.note = "; ".join([*notes, "the checks need a CUDA GPU and none is visible here"])
+        result.note = "; ".join([*notes, "no CUDA GPU is visible here"])
+        if simulate:
+            result.simulated, result.diagnosis = _simulate(key, source)
         return result
     try:
         variant = custom.compile_variant(e.problem, e.key, source)
     except build.BuildError as err:  # the link or the binding failed after nvcc's check passed
         return Grade(key, label, False, str(err), result.sass)
-    run = custom.check(variant, sizes, edge_cases=edge_cases, seed=0, timeout_s=timeout_s)
+    run = _gpu_checks(e, variant, sizes, edge_cases, timeout_s)
     result.checks, result.fault = run.checks, "" if run.outcome.ok else run.outcome.format()
+    if simulate and not result.passed:
+        result.simulated, result.diagnosis = _simulate(key, source)
+        if result.simulated:  # the simulator's cases pass: say so, not "all cases match" under "what is wrong"
+            result.diagnosis = ["the CPU simulator's small cases all pass: what fails shows only on the GPU's "
+                                "sizes or hardware (a race the two simulated thread orders miss, a size beyond "
+                                "the simulated ones, an index that overflows)"]
     return result
