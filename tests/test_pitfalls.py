@@ -1,9 +1,12 @@
 """The pitfalls (losslab.teach.pitfalls, notebooks/06_pitfalls.ipynb): deliberately wrong kernels.
 
-cpu tier: every pitfall has its wrong line marked, records round-trip and render, with no
-record the page says so instead of inventing an outcome, and a pitfall whose child process
-hung or faulted is recorded as such. compile tier: the CUDA pitfalls compile. gpu tier:
-each fails the checker (or its probe) as described, each run in a child process.
+cpu tier: every pitfall has its wrong line marked (a CUDA pitfall: one line), records round-trip
+and render (a pitfall missing from a record shows "not recorded yet"), with no record the page
+says so instead of inventing an outcome, a pitfall whose child process hung or faulted is
+recorded as such, the racecheck and ncu outputs parse, and the CPU simulator catches the
+CPU-visible CUDA pitfalls. compile tier: the CUDA pitfalls compile. gpu tier: each fails the
+checker (or its probe: racecheck, ncu's bank-conflict counter, the run past 2^31 elements,
+the host timeline) as described, each run in a child process.
 """
 import json
 import math
@@ -36,6 +39,45 @@ def test_wrong_line_is_marked(key):
     assert p.title in pitfalls.describe(key).plain
 
 
+@pytest.mark.parametrize("key", [p.key for p in pitfalls.PITFALLS if p.cuda])
+def test_cuda_pitfall_is_one_wrong_line_with_a_prediction_and_a_catcher(key):
+    p = pitfalls.get(key)
+    assert pitfalls.source_lines(key).count("\n") == 0  # one marked line
+    assert p.symptom and p.caught_by and not p.host
+
+
+def test_the_large_shape_crosses_two_to_the_31():
+    rows, cols = pitfalls.LARGE_SHAPE
+    first = -(-2**31 // cols)
+    assert rows * cols > 2**31 and first < rows and (first - 1) * cols < 2**31 <= first * cols
+
+
+RACECHECK_OUTPUT = """========= COMPUTE-SANITIZER
+========= Error: Race reported between Write access at pitfall_missing_sync_kernel+0x2c0
+=========     and Read access at pitfall_missing_sync_kernel+0x340 [248 hazards]
+loss 0.5
+========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)
+"""
+
+_NCU_HEADER = ('"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size",'
+               '"Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"')
+_NCU_ROW = ('"0","1","python","h","pitfall_bank_conflicts_kernel","1","7","(256, 1, 1)","(4096, 1, 1)","0","9.0",'
+            '"Command line profiler metrics","{metric}","","{value}"')
+NCU_OUTPUT = "\n".join(["==PROF== Connected to process 1", "loss 0.5", _NCU_HEADER,
+                        _NCU_ROW.format(metric=pitfalls.BANK_METRICS[0], value="12"),
+                        _NCU_ROW.format(metric=pitfalls.BANK_METRICS[1], value="229,376")])
+
+
+def test_racecheck_and_ncu_outputs_parse():
+    race = pitfalls.parse_racecheck(RACECHECK_OUTPUT)
+    assert race["hazards"] == 1 and race["errors"] == 1 and "Race reported" in race["first"]
+    assert pitfalls.parse_racecheck("loss 0.5\n========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, "
+                                    "0 warnings)")["hazards"] == 0
+    values = pitfalls.parse_ncu_metrics(NCU_OUTPUT)
+    assert values == {pitfalls.BANK_METRICS[0]: 12.0, pitfalls.BANK_METRICS[1]: 229376.0}
+    assert pitfalls.parse_ncu_metrics("no csv here") == {}
+
+
 def test_host_pitfall_lines_are_the_wrong_ones():
     assert "reshape(1)" in pitfalls.source_lines("one_element")
     assert ".item()" in pitfalls.source_lines("item_sync")
@@ -60,7 +102,18 @@ def fixture_record(device="Fixture GPU", date="2000-01-01T00:00:00+00:00") -> di
     outcomes["item_sync"]["probe"] = {"shape": [128, 4096], "calls": 200, "pitfall_sync_warnings": 1,
                                       "reference_sync_warnings": 0, "pitfall_host_us_per_call": 30.0,
                                       "reference_host_us_per_call": 5.0, "pitfall_wall_us_per_call": 31.0,
-                                      "reference_wall_us_per_call": 8.0}
+                                      "reference_wall_us_per_call": 8.0, "queued_calls": 10, "queued_ms": 20.0,
+                                      "pitfall_queued_return_ms": 20.3, "pitfall_queued_done_ms": 20.4,
+                                      "reference_queued_return_ms": 0.5, "reference_queued_done_ms": 20.2}
+    outcomes["missing_sync"]["probe"] = {**outcomes["atomic_add"]["probe"], "racecheck": {
+        "shape": [8, 1000], "pitfall": pitfalls.parse_racecheck(RACECHECK_OUTPUT),
+        "reference": pitfalls.parse_racecheck("RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)")}}
+    outcomes["bank_conflicts"]["probe"] = {"shape": [4096, 4096], "pitfall": pitfalls.parse_ncu_metrics(NCU_OUTPUT),
+                                           "reference": {m: 0.0 for m in pitfalls.BANK_METRICS}}
+    outcomes["int32_index"]["probe"] = {"shape": [32769, 65536], "elements": 32769 * 65536,
+                                        "first_wrapping_row": 32768, "gigabytes_per_tensor": 8.59,
+                                        "fault": "cuda_error: an illegal memory access was encountered"}
+    del outcomes["broken_tail"]  # a record made before a pitfall existed
     return {"device": device, "torch": "fixture", "cuda": "fixture", "date": date, "live": False,
             "sources_sha256": pitfalls.sources_sha256(), "outcomes": outcomes}
 
@@ -68,7 +121,7 @@ def fixture_record(device="Fixture GPU", date="2000-01-01T00:00:00+00:00") -> di
 def test_no_record_says_so():
     assert pitfalls.load_record(results_dir="/nonexistent") is None
     assert "No recorded outcome exists yet" in pitfalls.banner(None)
-    assert "nothing measured" in pitfalls.outcome(None, "epsilon").plain
+    assert "Not recorded yet" in pitfalls.outcome(None, "epsilon").plain
     assert "No recorded outcome exists yet" in pitfalls.outcome_table(None).plain
 
 
@@ -81,6 +134,12 @@ def test_record_round_trip_and_render(tmp_path):
     assert pitfalls.banner(rec).startswith("RECORDED") and "matches pitfalls/" in pitfalls.banner(rec)
     table = pitfalls.outcome_table(rec).plain
     assert "3 distinct loss value(s)" in table and "flagged 1 synchronizing call(s)" in table
+    assert "the host returns from 10 calls after 20.30 ms" in table
+    assert "pitfall: 1 hazard(s) (1 error(s)); reference: 0 hazard(s)" in table
+    assert "pitfall: 229376 store / 12 load conflicts; reference: 0 store / 0 load conflicts" in table
+    assert "row 32768 is the first to wrap): the child stopped: cuda_error: an illegal memory" in table
+    assert "broken_tail: not recorded yet" in table
+    assert "Not recorded yet" in pitfalls.outcome(rec, "broken_tail").plain
     assert "1 of 1 checks failed" in pitfalls.outcome(rec, "wrong_direction").plain
 
 
@@ -129,6 +188,33 @@ def test_the_record_hash_follows_the_pitfall_sources_and_the_code_that_runs_them
 def test_cli_without_gpu_says_why():
     with pytest.raises(SystemExit, match="needs a CUDA GPU"):
         main(["pitfalls"])
+
+
+def _gxx_with_sanitizers() -> bool:
+    import shutil
+    import subprocess
+
+    if shutil.which("g++") is None:
+        return False
+    probe = subprocess.run(["g++", "-x", "c++", "-fsanitize=address,undefined", "-o", "/dev/null", "-"],
+                           input="int main() { return 0; }", text=True, capture_output=True)
+    return probe.returncode == 0
+
+
+@pytest.mark.skipif(not _gxx_with_sanitizers(), reason="g++ with sanitizers missing: no CPU simulator")
+@pytest.mark.parametrize("key, expected", [
+    ("missing_sync", "a missing __syncthreads()"),
+    ("misaligned_float4", "misaligned 16-byte load at row 1"),
+    ("broken_tail", "wrong values on odd widths: every thread adds the whole tail"),
+])
+def test_the_cpu_simulator_catches_the_cpu_visible_cuda_pitfalls(key, expected):
+    grade = pitfalls.simulate(key)
+    assert not grade.passed and expected in "\n".join(grade.messages), grade
+
+
+def test_the_simulator_says_what_it_cannot_see():
+    with pytest.raises(ValueError, match="cannot show 'int32_index'"):
+        pitfalls.simulate("int32_index")
 
 
 @pytest.mark.compile
@@ -200,3 +286,54 @@ def test_one_element_fails_on_the_shape(outcomes):
     o = outcome(outcomes, "one_element")
     forward = [c for c in o["checks"] if c["direction"] == "forward"]
     assert forward and all(c["detail"] == "output shape (1,), reference ()" for c in forward)
+
+
+@pytest.mark.gpu
+def test_item_sync_makes_the_host_wait_for_queued_work(outcomes):
+    """With GPU work queued ahead, the pitfall's host returns only when it is done; the shipped one at once."""
+    probe = outcome(outcomes, "item_sync")["probe"]
+    assert probe["pitfall_queued_return_ms"] > 0.8 * probe["queued_ms"], probe
+    assert probe["reference_queued_return_ms"] < 0.5 * probe["queued_ms"], probe
+
+
+@pytest.mark.gpu
+def test_missing_sync_is_a_race_racecheck_finds(outcomes):
+    o = outcome(outcomes, "missing_sync")
+    race = o["probe"]["racecheck"]
+    if "error" in race:
+        pytest.skip(race["error"])
+    assert race["pitfall"]["hazards"] >= 1 and race["reference"]["hazards"] == 0, race
+
+
+@pytest.mark.gpu
+def test_misaligned_float4_faults_in_the_child_and_the_parent_survives():
+    o = pitfalls.run_isolated("misaligned_float4")
+    assert "fault" in o and "misaligned" in o["fault"], o
+    assert torch.ones(4, device="cuda").sum().item() == 4.0
+
+
+@pytest.mark.gpu
+def test_broken_tail_fails_on_odd_widths_only(outcomes):
+    o = outcome(outcomes, "broken_tail")
+    forward = [c for c in o["checks"] if c["direction"] == "forward" and c["case"].startswith("random")]
+    assert any(c["shape"][1] % 4 and not c["passed"] for c in forward)
+    assert all(c["passed"] for c in forward if c["shape"][1] == 4096), forward
+
+
+@pytest.mark.gpu
+def test_int32_index_passes_the_checks_and_fails_past_two_to_the_31(outcomes):
+    o = outcome(outcomes, "int32_index")
+    assert o["failed"] == 0
+    probe = o["probe"]
+    assert "fault" in probe or probe["relative_error"] > 1e-3, probe
+
+
+@pytest.mark.gpu
+def test_bank_conflicts_show_in_the_ncu_counter(outcomes):
+    o = outcome(outcomes, "bank_conflicts")
+    assert o["failed"] == 0
+    probe = o["probe"]
+    if "error" in probe or "error" in probe["pitfall"]:
+        pytest.skip(f"ncu: {probe}")
+    store = pitfalls.BANK_METRICS[1]
+    assert probe["pitfall"][store] > 4 * max(probe["reference"][store], 1.0), probe

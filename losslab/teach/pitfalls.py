@@ -3,17 +3,34 @@
     python -m losslab pitfalls            # run them here (GPU) and print what the checker saw
     python -m losslab pitfalls --record   # ... and write reports/results/pitfalls/<device>.json
 
-Five are CUDA files under ``pitfalls/<problem>/`` built with ``losslab.teach.custom`` (the wrong
-line marked ``// PITFALL``); two are host-side mistakes in the Python wrapper around a
-correct kernel. Each outcome is measured, never assumed: the checks' errors, and for the
-atomicAdd and the ``.item()`` pitfalls a determinism probe and a host-timeline probe.
-Without a GPU, notebooks show the newest record and say where and when it was made.
+Two families. Semantic pitfalls get the loss wrong (a direction, a divisor, an epsilon, an
+index width, an order-dependent atomicAdd, a host sync, a shape). CUDA pitfalls are the real
+rung plus one wrong line (marked ``// PITFALL``): a missing ``__syncthreads``, a misaligned
+float4 load, a broken tail, an int32 index past 2^31 elements, shared-memory bank conflicts.
+Each outcome is measured, never assumed: the checks' errors (each pitfall in a child process,
+so a fault is a verdict), plus the measurement each needs (``Pitfall.probe``):
+
+  determinism   the loss of 20 forwards on the same inputs: how many distinct values
+  timeline      host-return vs done with GPU work queued ahead, and the host cost per call
+  racecheck     ``compute-sanitizer --tool racecheck`` on one small forward (hazards found)
+  bank          Nsight Compute's shared-memory bank-conflict counters, pitfall vs the rung
+  large         one forward at 32769 x 65536 (2^31 + 65536 elements) vs the shipped rung,
+                in its own child (a fault is recorded as such)
+
+Without a GPU, notebooks show the newest record and say where and when it was made, and
+:func:`simulate` runs the CPU-visible CUDA pitfalls in the CPU simulator.
 """
 from __future__ import annotations
 
+import csv
 import datetime as dt
 import html
+import io
 import json
+import re
+import shutil
+import subprocess
+import sys
 import time
 import warnings
 from dataclasses import dataclass
@@ -30,15 +47,25 @@ SOURCES = build.ROOT / "pitfalls"
 RECORDS = records.RESULTS_DIR / "pitfalls"  # a subfolder: records.load_records reads only *.json at the top
 CHECK_SIZES = ("small", "odd")
 DETERMINISM_SHAPE, DETERMINISM_RUNS = (4096, 4096), 20
-TIMELINE_SIZE, TIMELINE_CALLS = "small", 200
+TIMELINE_SIZE, TIMELINE_CALLS, QUEUED_CALLS, QUEUED_MS = "small", 200, 10, 20.0
+RACECHECK_SHAPE, BANK_SHAPE = (8, 1000), (4096, 4096)
+# The int32 pitfall's size: the first row whose start blockIdx.x * D reaches 2^31 is 2^31 / D = 32768
+# for D = 65536, so 32769 rows: 2^31 + 65536 float32 elements, 8.6 GB a tensor, 17.2 GB for p and t.
+LARGE_SHAPE = (32769, 65536)
+BANK_METRICS = ("l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum",
+                "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum")
 RUN_TIMEOUT_S = 300.0  # one pitfall's build import, checks and probe, in its child process
+TOOL_TIMEOUT_S = 240.0  # one compute-sanitizer or ncu run, or the large-size child
 
 
 @dataclass(frozen=True)
 class Pitfall:
     """One deliberate mistake: ``key`` names its source ``pitfalls/<problem>/<key>.cu`` (CUDA
-    pitfalls) or its wrapper class here (``host`` pitfalls); ``mistake`` says what the wrong
-    code does, ``symptom`` where the checker should catch it."""
+    files) or its wrapper class here (``host`` pitfalls); ``mistake`` says what the wrong code
+    does, ``symptom`` the symptom predicted, ``caught_by`` what catches it (the checker, the
+    sanitizer, a counter); ``probe`` the extra measurement (module docstring); ``cuda``: a CUDA
+    pitfall (the real rung plus one wrong line) rather than a semantic one; ``simulated_as``:
+    the exercise whose CPU-simulator diagnosis applies ("" where the simulator cannot see it)."""
 
     key: str
     problem: str
@@ -46,6 +73,10 @@ class Pitfall:
     mistake: str
     symptom: str
     host: bool = False
+    caught_by: str = "the checker: forward or backward error against float64"
+    probe: str = ""
+    cuda: bool = False
+    simulated_as: str = ""
 
     @property
     def source(self) -> Path | None:
@@ -67,14 +98,48 @@ PITFALLS = (
             "forward error on every random input, no error raised"),
     Pitfall("atomic_add", "kl_div", "A float atomicAdd reduction",
             "each block atomicAdds its row's sum into the loss (order changes from run to run)",
-            "the same inputs give different losses: the rerun differs, several distinct values over 20 runs"),
+            "the same inputs give different losses: the rerun differs, several distinct values over 20 runs",
+            caught_by="the checker's rerun (same inputs, another loss) and the determinism probe",
+            probe="determinism"),
     Pitfall("item_sync", "kl_div", "A host .item() sync inside forward",
             "the wrapper checks the loss with loss.isfinite().item() after launching",
-            "correct values, but the host waits for the GPU on every call (sync debug mode flags it)",
-            host=True),
+            "correct values, but the host waits for the GPU on every call: with GPU work queued ahead, "
+            "the host returns only when that work is done",
+            host=True, caught_by="torch.cuda.set_sync_debug_mode('warn') and the host timeline", probe="timeline"),
     Pitfall("one_element", "kl_div", "A 1-element tensor returned instead of a 0-d tensor",
             "the wrapper returns the loss with shape (1,), as from torch.empty(1)",
             "the output shape (1,) where the reference's is ()", host=True),
+    Pitfall("missing_sync", "kl_div", "A missing __syncthreads()",
+            "shared_memory's tree reads other warps' slots with no barrier after the slots are written",
+            "a race: wrong losses that change from run to run (which slots are stale depends on timing)",
+            caught_by="compute-sanitizer --tool racecheck (hazards on partial); the checker's rerun; the CPU "
+                      "simulator (shared memory starts as NaN, and a second thread order)",
+            probe="racecheck", cuda=True, simulated_as="coalesce"),
+    Pitfall("misaligned_float4", "kl_div", "A misaligned float4 load",
+            "vectorized without the scalar head: float4 loads from row starts that are not 16-byte aligned",
+            "the aligned 128 x 4096 passes; at 257 x 4099 row 1 starts 4 bytes off a boundary: "
+            "'misaligned address', the CUDA context lost",
+            caught_by="the child process: the fault is its verdict, the parent's CUDA context stays usable; the "
+                      "CPU simulator names the row and line",
+            cuda=True, simulated_as="vectorize"),
+    Pitfall("broken_tail", "kl_div", "A broken scalar tail",
+            "vectorized with every thread running the whole tail (each tail element added 256 times)",
+            "right at 128 x 4096 (no tail), wrong at 257 x 4099 and on the odd edge cases",
+            caught_by="the checker at an odd width; the CPU simulator's one-hot probe names the tail",
+            cuda=True, simulated_as="vectorize"),
+    Pitfall("int32_index", "kl_div", "An int32 index past 2^31 elements",
+            "the row start blockIdx.x * D stored in an int",
+            "every check at the usual sizes passes; at 32769 x 65536 (2^31 + 65536 elements, 17.2 GB) row 32768 "
+            "starts at -2^31: an illegal address (or a wrong loss where that memory happens to be mapped)",
+            caught_by="only a run past 2^31 elements (the large probe, in its own child); a review rule: "
+                      "int64_t for every index into a tensor",
+            probe="large", cuda=True),
+    Pitfall("bank_conflicts", "kl_div", "Shared-memory bank conflicts",
+            "shared_memory's store of each thread's sum into a permuted slot, lanes 8 floats apart (4 banks)",
+            "right values; each warp's store replayed 8 times: about 7 conflicts per warp and row in the "
+            "st counter, ~0 for the rung; too few stores (one per thread per row) to move the time",
+            caught_by="Nsight Compute: l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum (ld.sum for loads)",
+            probe="bank", cuda=True),
 )
 
 
@@ -127,15 +192,43 @@ def _determinism(v: custom.PythonVariant) -> dict:
             "min": min(losses), "max": max(losses)}
 
 
+def _sleep_cycles_per_ms() -> float:
+    """GPU clock cycles of ``torch.cuda._sleep`` per millisecond, measured with events."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    torch.cuda._sleep(10_000_000)
+    end.record()
+    end.synchronize()
+    return 10_000_000 / start.elapsed_time(end)
+
+
+def _queued(fn, inputs, cycles: int) -> tuple[float, float]:
+    """Milliseconds until the host returns from ``QUEUED_CALLS`` calls of ``fn`` and until they
+    are done, with ``cycles`` of GPU sleep queued ahead of them."""
+    torch.cuda.synchronize()
+    torch.cuda._sleep(cycles)
+    start = time.perf_counter()
+    for _ in range(QUEUED_CALLS):
+        fn(*inputs)
+    returned = time.perf_counter()
+    torch.cuda.synchronize()
+    return (returned - start) * 1e3, (time.perf_counter() - start) * 1e3
+
+
 def _timeline(v: custom.PythonVariant, reference: str = "warp_shuffle") -> dict:
-    """Host cost of a sync inside forward: synchronizing calls flagged by torch's sync debug
-    mode per forward, and microseconds per call to enqueue ``TIMELINE_CALLS`` forwards
-    (host returns) and to finish them, for the pitfall and for the shipped ``reference``."""
+    """What a sync inside forward costs, for the pitfall and the shipped ``reference``: the
+    synchronizing calls torch's sync debug mode flags per forward; with ``QUEUED_MS`` of GPU
+    sleep queued ahead, the milliseconds until the host returns from ``QUEUED_CALLS`` calls
+    and until they are done (a sync makes the host wait for the sleep: returned ~ done); and,
+    back to back with nothing queued, microseconds of host time per call (the per-call
+    overhead of Python, the dispatcher and the launches) and of wall time per call."""
     from losslab.ops import variant as shipped
 
     spec = problems.get(v.problem)
     inputs = spec.make_inputs(spec.sizes[TIMELINE_SIZE], seed=0, device="cuda")
-    out = {"shape": list(spec.sizes[TIMELINE_SIZE]), "calls": TIMELINE_CALLS}
+    cycles = int(QUEUED_MS * _sleep_cycles_per_ms())
+    out = {"shape": list(spec.sizes[TIMELINE_SIZE]), "calls": TIMELINE_CALLS, "queued_calls": QUEUED_CALLS,
+           "queued_ms": QUEUED_MS}
     for label, fn in (("pitfall", v), ("reference", shipped(v.problem, reference))):
         with torch.no_grad():
             for _ in range(5):
@@ -149,6 +242,7 @@ def _timeline(v: custom.PythonVariant, reference: str = "warp_shuffle") -> dict:
                 finally:
                     torch.cuda.set_sync_debug_mode("default")
             out[f"{label}_sync_warnings"] = sum("synchroniz" in str(w.message) for w in caught)
+            out[f"{label}_queued_return_ms"], out[f"{label}_queued_done_ms"] = _queued(fn, inputs, cycles)
             torch.cuda.synchronize()
             start = time.perf_counter()
             for _ in range(TIMELINE_CALLS):
@@ -159,6 +253,142 @@ def _timeline(v: custom.PythonVariant, reference: str = "warp_shuffle") -> dict:
         out[f"{label}_host_us_per_call"] = (enqueued - start) / TIMELINE_CALLS * 1e6
         out[f"{label}_wall_us_per_call"] = (done - start) / TIMELINE_CALLS * 1e6
     return out
+
+
+def launch_once(key: str | None, rows: int, cols: int, rung: str | None = None) -> float:
+    """One forward of pitfall ``key`` (or of the shipped ``rung`` of kl_div, ``key`` None) on
+    (rows, cols) inputs, synchronized; prints and returns the loss. What the sanitizer and
+    profiler runs execute (``python -c``)."""
+    from losslab.ops import variant as shipped
+
+    fn = variant(key) if key else shipped("kl_div", rung)
+    inputs = problems.get(fn.problem).make_inputs((rows, cols), seed=0, device="cuda")
+    with torch.no_grad():
+        loss = float(fn(*inputs))
+    torch.cuda.synchronize()
+    print(f"loss {loss!r}", flush=True)
+    return loss
+
+
+def _tool(name: str) -> str | None:
+    found = shutil.which(name)
+    if found:
+        return found
+    try:
+        candidate = build.find_cuda_home() / "bin" / name
+    except (build.BuildError, OSError, TypeError):
+        return None
+    return str(candidate) if candidate.is_file() else None
+
+
+def _python_launch(key: str | None, shape: tuple[int, int], rung: str | None = None) -> list[str]:
+    call = f"from losslab.teach import pitfalls; pitfalls.launch_once({key!r}, {shape[0]}, {shape[1]}, {rung!r})"
+    return [sys.executable, "-c", call]
+
+
+def _run_tool(cmd: list[str]) -> tuple[int | None, str]:
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=TOOL_TIMEOUT_S, cwd=build.ROOT)
+    except subprocess.TimeoutExpired:
+        return None, f"timed out after {TOOL_TIMEOUT_S:g} s"
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def parse_racecheck(text: str) -> dict:
+    """compute-sanitizer racecheck output -> hazards (errors, warnings) and the first report line."""
+    summary = re.search(r"RACECHECK SUMMARY: (\d+) hazards? displayed \((\d+) errors?, (\d+) warnings?\)", text)
+    first = next((line.strip("= ").strip() for line in text.splitlines()
+                  if "Race reported" in line or "hazard" in line.lower() and "SUMMARY" not in line), "")
+    return {"hazards": int(summary[1]) if summary else 0, "errors": int(summary[2]) if summary else 0,
+            "warnings": int(summary[3]) if summary else 0, "summary": summary[0] if summary else "", "first": first}
+
+
+def _racecheck(key: str, rung: str = "shared_memory") -> dict:
+    """``compute-sanitizer --tool racecheck`` on one forward of the pitfall and of the shipped rung."""
+    sanitizer = _tool("compute-sanitizer")
+    if sanitizer is None:
+        return {"tool": "compute-sanitizer racecheck", "error": "compute-sanitizer not found"}
+    out = {"tool": "compute-sanitizer --tool racecheck", "shape": list(RACECHECK_SHAPE)}
+    for label, args in (("pitfall", (key, RACECHECK_SHAPE)), ("reference", (None, RACECHECK_SHAPE, rung))):
+        code, text = _run_tool([sanitizer, "--tool", "racecheck", *_python_launch(*args)])
+        out[label] = {"returncode": code, **parse_racecheck(text)} if code is not None else {"error": text}
+    return out
+
+
+def parse_ncu_metrics(text: str, metrics: tuple[str, ...] = BANK_METRICS) -> dict[str, float]:
+    """``ncu --csv`` output -> metric -> sum over the profiled kernels."""
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith('"ID"')), None)
+    totals: dict[str, float] = {}
+    if start is None:
+        return totals
+    for row in csv.DictReader(io.StringIO("\n".join(lines[start:]))):
+        name, value = row.get("Metric Name"), (row.get("Metric Value") or "").replace(",", "")
+        if name in metrics:
+            try:
+                totals[name] = totals.get(name, 0.0) + float(value)
+            except ValueError:
+                continue
+    return totals
+
+
+def _bank_conflicts(key: str, rung: str = "shared_memory") -> dict:
+    """Nsight Compute's shared-memory bank-conflict counters for the pitfall's forward kernel and
+    the shipped rung's, at ``BANK_SHAPE``."""
+    ncu = _tool("ncu")
+    if ncu is None:
+        return {"tool": "ncu", "error": "ncu not found"}
+    out = {"tool": "ncu", "shape": list(BANK_SHAPE), "metrics": list(BANK_METRICS)}
+    for label, kernel, args in (("pitfall", f"pitfall_{key}_kernel", (key, BANK_SHAPE)),
+                                ("reference", f"kl_div_{rung}_forward_kernel", (None, BANK_SHAPE, rung))):
+        cmd = [ncu, "--csv", "--metrics", ",".join(BANK_METRICS), "--kernel-name", f"regex:{kernel}",
+               "--launch-count", "1", *_python_launch(*args)]
+        code, text = _run_tool(cmd)
+        values = parse_ncu_metrics(text)
+        out[label] = values if values else {"error": f"ncu returned {code}: {text.strip()[-400:]}"}
+    return out
+
+
+def large_in_child(key: str, rung: str = "warp_shuffle") -> dict:
+    """The child's side of the large probe: the shipped rung's loss, then the pitfall's, at LARGE_SHAPE."""
+    from losslab.ops import variant as shipped
+
+    spec = problems.get("kl_div")
+    inputs = spec.make_inputs(LARGE_SHAPE, seed=0, device="cuda")
+    with torch.no_grad():
+        reference = float(shipped("kl_div", rung)(*inputs))
+        torch.cuda.synchronize()
+        got = float(variant(key)(*inputs))
+        torch.cuda.synchronize()
+    return {"reference_loss": reference, "pitfall_loss": got,
+            "relative_error": abs(got - reference) / abs(reference) if reference else float("nan")}
+
+
+def _large(key: str) -> dict:
+    """One forward past 2^31 elements in its own child (a fault there is recorded, not fatal)."""
+    rows, cols = LARGE_SHAPE
+    out = {"shape": list(LARGE_SHAPE), "elements": rows * cols, "first_wrapping_row": -(-2**31 // cols),
+           "gigabytes_per_tensor": rows * cols * 4 / 1e9}
+    outcome = isolated.run("losslab.teach.pitfalls:large_in_child", {"key": key}, TOOL_TIMEOUT_S)
+    return {**out, **outcome.value} if outcome.ok else {**out, "fault": outcome.format()}
+
+
+PROBES = {"determinism": lambda key, v: _determinism(v), "timeline": lambda key, v: _timeline(v),
+          "racecheck": lambda key, v: {**_determinism(v), "racecheck": _racecheck(key)},
+          "bank": lambda key, v: _bank_conflicts(key), "large": lambda key, v: _large(key)}
+
+
+def simulate(key: str):
+    """The CPU simulator's diagnosis of a CUDA pitfall it can see (``simulated_as``): a
+    ``simulator.CpuGrade``. Raises ValueError for a pitfall it cannot see (host ones, the
+    int32 index, bank conflicts), ``SimulatorError`` where g++ cannot build it."""
+    from losslab.teach.simulator import grade_on_cpu
+
+    p = get(key)
+    if not p.simulated_as:
+        raise ValueError(f"pitfall: the CPU simulator cannot show {key!r}; it shows "
+                         f"{', '.join(q.key for q in PITFALLS if q.simulated_as)}")
+    return grade_on_cpu(p.simulated_as, p.source)
 
 
 def run(key: str, sizes: tuple[str, ...] = CHECK_SIZES, edge_cases: bool = True) -> dict:
@@ -181,7 +411,7 @@ def run(key: str, sizes: tuple[str, ...] = CHECK_SIZES, edge_cases: bool = True)
         checks += check_edge_cases(p.problem, v)
     failed = [c for c in checks if not c.passed]
     forward = [c.error for c in checks if c.direction == "forward"]
-    probe = _determinism(v) if key == "atomic_add" else _timeline(v) if key == "item_sync" else None
+    probe = PROBES[p.probe](key, v) if p.probe else None
     return {"key": key, "problem": p.problem, "checks": [c.as_dict() for c in checks], "failed": len(failed),
             "worst_forward_error": max(forward, default=float("nan")),
             "first_failure": (f"{failed[0].direction} {failed[0].case}: error {failed[0].error:.3g}"
@@ -256,21 +486,77 @@ def banner(rec: dict | None) -> str:
             f"sources sha256 {rec['sources_sha256'][:12]} {fresh}.")
 
 
+def _determinism_text(probe: dict) -> str:
+    shape = "x".join(map(str, probe["shape"]))
+    return (f"{probe['runs']} forwards at {shape}: {probe['distinct_losses']} distinct loss value(s), "
+            f"from {probe['min']!r} to {probe['max']!r}")
+
+
+def _timeline_text(probe: dict) -> str:
+    text = (f"sync debug mode flagged {probe['pitfall_sync_warnings']} synchronizing call(s) per forward "
+            f"(shipped: {probe['reference_sync_warnings']})")
+    if "pitfall_queued_return_ms" in probe:
+        text += (f"; with {probe['queued_ms']:g} ms of GPU work queued ahead, the host returns from "
+                 f"{probe['queued_calls']} calls after {probe['pitfall_queued_return_ms']:.2f} ms, done after "
+                 f"{probe['pitfall_queued_done_ms']:.2f} ms (shipped: returns after "
+                 f"{probe['reference_queued_return_ms']:.2f} ms, done after "
+                 f"{probe['reference_queued_done_ms']:.2f} ms)")
+    return text + (f"; back to back, host time {probe['pitfall_host_us_per_call']:.1f} us per call (shipped: "
+                   f"{probe['reference_host_us_per_call']:.1f} us), done after {probe['pitfall_wall_us_per_call']:.1f} "
+                   f"us per call (shipped: {probe['reference_wall_us_per_call']:.1f} us), {probe['calls']} calls at "
+                   + "x".join(map(str, probe["shape"])))
+
+
+def _racecheck_text(probe: dict) -> str:
+    race = probe.get("racecheck", {})
+    if "error" in race:
+        return f"{_determinism_text(probe)}; racecheck: {race['error']}"
+    parts = []
+    for label in ("pitfall", "reference"):
+        r = race.get(label, {})
+        parts.append(f"{label}: {r['error']}" if "error" in r else
+                     f"{label}: {r.get('hazards', 0)} hazard(s) ({r.get('errors', 0)} error(s))")
+    first = race.get("pitfall", {}).get("first", "")
+    return f"{_determinism_text(probe)}; racecheck at {'x'.join(map(str, race.get('shape', [])))}: " + \
+        "; ".join(parts) + (f"; first: {first}" if first else "")
+
+
+def _bank_text(probe: dict) -> str:
+    if "error" in probe:
+        return f"ncu: {probe['error']}"
+    parts = []
+    for label in ("pitfall", "reference"):
+        values = probe.get(label, {})
+        if "error" in values:
+            parts.append(f"{label}: {values['error']}")
+            continue
+        ld, st = (values.get(m, float("nan")) for m in BANK_METRICS)
+        parts.append(f"{label}: {st:g} store / {ld:g} load conflicts")
+    return f"ncu bank conflicts at {'x'.join(map(str, probe['shape']))}: " + "; ".join(parts)
+
+
+def _large_text(probe: dict) -> str:
+    shape = "x".join(map(str, probe["shape"]))
+    head = (f"{shape} ({probe['elements']:,} elements, {probe['gigabytes_per_tensor']:.1f} GB a tensor; row "
+            f"{probe['first_wrapping_row']} is the first to wrap)")
+    if "fault" in probe:
+        return f"{head}: the child stopped: {probe['fault'].splitlines()[0]}"
+    return (f"{head}: loss {probe['pitfall_loss']!r} vs the shipped rung's {probe['reference_loss']!r} "
+            f"(relative error {probe['relative_error']:.3g})")
+
+
+_PROBE_TEXT = {"determinism": _determinism_text, "timeline": _timeline_text, "racecheck": _racecheck_text,
+               "bank": _bank_text, "large": _large_text}
+
+
 def _probe_text(key: str, probe: dict | None) -> str:
     if not probe:
         return ""
-    if key == "atomic_add":
-        shape = "x".join(map(str, probe["shape"]))
-        return (f"{probe['runs']} forwards at {shape}: {probe['distinct_losses']} distinct loss value(s), "
-                f"from {probe['min']!r} to {probe['max']!r}")
-    if key == "item_sync":
-        return (f"sync debug mode flagged {probe['pitfall_sync_warnings']} synchronizing call(s) per forward "
-                f"(shipped: {probe['reference_sync_warnings']}); host returns after "
-                f"{probe['pitfall_host_us_per_call']:.1f} us per call (shipped: "
-                f"{probe['reference_host_us_per_call']:.1f} us); done after {probe['pitfall_wall_us_per_call']:.1f} "
-                f"us per call (shipped: {probe['reference_wall_us_per_call']:.1f} us), {probe['calls']} calls at "
-                + "x".join(map(str, probe["shape"])))
-    return json.dumps(probe)
+    kind = get(key).probe
+    try:
+        return _PROBE_TEXT[kind](probe) if kind in _PROBE_TEXT else json.dumps(probe)
+    except (KeyError, TypeError, ValueError):  # a record written by another version of the probe
+        return json.dumps(probe)
 
 
 def outcome_table(rec: dict | None) -> str:
@@ -283,7 +569,8 @@ def outcome_table(rec: dict | None) -> str:
     for p in PITFALLS:
         o = rec["outcomes"].get(p.key)
         if o is None:
-            body.append([html.escape(p.title), "not recorded", "", "", ""])
+            body.append([html.escape(p.title), "not recorded yet", "", "", ""])
+            plain.append(f"{p.key}: not recorded yet (python -m losslab pitfalls --record on a GPU)")
             continue
         checks = f"{o['failed']} of {len(o['checks'])} failed"
         probe = _probe_text(p.key, o.get("probe"))
@@ -301,7 +588,8 @@ def outcome(rec: dict | None, key: str) -> str:
     error, the first failure, the probe; or that nothing is recorded (an ``Html``)."""
     o = (rec or {}).get("outcomes", {}).get(key)
     if o is None:
-        text = "No recorded outcome for this pitfall yet (see the note at the top): nothing measured."
+        text = ("Not recorded yet: no GPU run has measured this pitfall (python -m losslab pitfalls --record "
+                "on a GPU machine records it); the symptom above is the prediction only.")
         return Html(f'<p style="color:#a40">{html.escape(text)}</p>', plain=text)
     lines = [f"{o['failed']} of {len(o['checks'])} checks failed; worst forward relative error "
              f"{o['worst_forward_error']:.3g}", f"first failure: {o['first_failure'] or 'none'}"]
