@@ -13,8 +13,9 @@ from pathlib import Path
 
 # Debian's chromium; playwright's own browser download is never used (no `playwright install`).
 CHROMIUM = "/usr/bin/chromium"
+# --no-sandbox: CI runs as root; --disable-dev-shm-usage: containers often give /dev/shm only 64 MB.
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+                 "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage"]
 # What the page shows when a widget cannot be drawn, or when only a widget's text fallback arrives.
 WIDGET_FAILURES = ("Error displaying widget", "Loading widget...", "Dropdown(", "VBox(children=")
 
