@@ -148,7 +148,17 @@ def test_counters_per_rung_sum_over_kernels_and_describe_the_main_kernel():
 def test_opcode_counts_are_read_only_from_a_real_opcode_list():
     assert ncu._opcodes("BAR: 72; SHFL: 40; EXIT: 8") == {"BAR": 72.0, "SHFL": 40.0, "EXIT": 8.0}
     assert ncu._opcodes("(BAR=3) (EXIT=1)") == {"BAR": 3.0, "EXIT": 1.0}
-    assert ncu._opcodes("12;34;56") == {} and ncu._opcodes("CUDA 13: 5") == {}  # no EXIT: not an opcode list
+    assert ncu._opcodes("12;34;56") == {}
+    assert not ncu.has_opcodes({"opcodes": ncu._opcodes("CUDA 13: 5")})  # no EXIT: not an opcode list
+    assert ncu.has_opcodes({"opcodes": ncu._opcodes("(BAR=3) (EXIT=1)")})
+
+
+def test_opcode_counts_given_one_row_per_opcode_are_added_up():
+    rows = [HEADER.replace('"Metric Value"', '"Metric Value","Instance"')]
+    rows += [_line(1, "k", ncu.OPCODES_METRIC, "inst", value) + f',"{op}"'
+             for op, value in (("BAR", "72"), ("EXIT", "8"), ("BAR", "8"))]
+    (kernel,) = ncu.parse_ncu_csv("\n".join(rows))
+    assert kernel["opcodes"] == {"BAR": 80.0, "EXIT": 8.0} and ncu.has_opcodes(kernel)
 
 
 def test_profile_round_trips_and_still_reads_as_a_dict():

@@ -93,6 +93,8 @@ MARKER_KERNEL = "spin_kernel"
 TIMEOUT_S = 480
 _SCALE = {"": 1, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
 _TIME_NS = {"nsecond": 1, "ns": 1, "usecond": 1e3, "us": 1e3, "msecond": 1e6, "ms": 1e6, "second": 1e9, "s": 1e9}
+_CSV_COLUMNS = {"ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Context", "Stream", "Block Size",
+                "Grid Size", "Device", "CC", "Section Name", "Metric Name", "Metric Unit", "Metric Value"}
 _OPCODE_PAIR = re.compile(r"\b([A-Z][A-Z0-9_]{1,15})(?:\.[A-Z0-9_.]+)?\b\W{1,4}?([0-9][0-9,]*(?:\.[0-9]+)?)")
 def find_ncu() -> str | None:
     """Path of ``ncu`` (Nsight Compute's command line) on PATH or in the CUDA toolkit, or None."""
@@ -130,10 +132,15 @@ def _to_base(value: str, unit: str) -> float | None:
 
 def _opcodes(value: str) -> dict[str, float]:
     """Per-opcode counts from an instanced metric's value as ``--print-metric-instances details``
-    prints it (pairs such as ``BAR: 72; SHFL: 40; EXIT: 8``); {} unless it holds ``EXIT``, which
-    every kernel executes (so other text is never read as opcode counts)."""
-    found = {op: float(n.replace(",", "")) for op, n in _OPCODE_PAIR.findall(value or "")}
-    return found if "EXIT" in found else {}
+    prints it (pairs such as ``BAR: 72; SHFL: 40; EXIT: 8``). A kernel's counts are trusted only
+    when they include ``EXIT``, which every kernel executes (:func:`has_opcodes`)."""
+    return {op: float(n.replace(",", "")) for op, n in _OPCODE_PAIR.findall(value or "")}
+
+
+def has_opcodes(kernel: dict) -> bool:
+    """True when ``kernel`` (of :func:`parse_ncu_csv`) holds per-opcode counts that are real:
+    ``EXIT`` among them (other text is never read as opcode counts)."""
+    return "EXIT" in kernel.get("opcodes", {})
 
 
 def _launch_size(text: str) -> int | None:
@@ -161,8 +168,11 @@ def parse_ncu_csv(text: str) -> list[dict]:
         kernel = kernels.setdefault(int(row["ID"]), {
             "id": int(row["ID"]), "name": row["Kernel Name"], "grid_size": _launch_size(row.get("Grid Size")),
             "block_size": _launch_size(row.get("Block Size"))})
-        if row["Metric Name"] == OPCODES_METRIC:
-            kernel["opcodes"] = _opcodes(row["Metric Value"])
+        if row["Metric Name"] == OPCODES_METRIC:  # one row with every opcode, or one row per opcode
+            extra = " ".join(str(v) for k, v in row.items() if k not in _CSV_COLUMNS and v)
+            ops = _opcodes(row["Metric Value"]) or _opcodes(f"{extra}: {row['Metric Value']}")
+            for op, count in ops.items():
+                kernel.setdefault("opcodes", {})[op] = kernel.get("opcodes", {}).get(op, 0.0) + count
         kernel[row["Metric Name"]] = _to_base(row["Metric Value"], row.get("Metric Unit", ""))
     return [kernels[k] for k in sorted(kernels)]
 
@@ -338,7 +348,7 @@ def _counters(label: dict, kernels: list[dict], multiprocessors: int) -> Counter
     if mean is not None and most and multiprocessors:
         out.active_sms = multiprocessors * mean / most
     out.stalls = {r: main[_STALL.format(r)] for r in STALL_REASONS if main.get(_STALL.format(r)) is not None}
-    with_opcodes = [k["opcodes"] for k in kernels if k.get("opcodes")]
+    with_opcodes = [k["opcodes"] for k in kernels if has_opcodes(k)]
     if with_opcodes:
         for ops in with_opcodes:
             for op, count in ops.items():
@@ -445,7 +455,7 @@ def _unreported(kernels: list[dict], metrics: list[str]) -> dict[str, str]:
     work = [k for k in kernels if MARKER_KERNEL not in k["name"]]
     out = {m: "ncu reported no value for it" for m in metrics
            if m != OPCODES_METRIC and all(k.get(m) is None for k in work)}
-    if OPCODES_METRIC in metrics and not any(k.get("opcodes") for k in work):
+    if OPCODES_METRIC in metrics and not any(has_opcodes(k) for k in work):
         out[OPCODES_METRIC] = "ncu's output held no per-opcode instance values (barriers, shuffles unknown)"
     return out
 
