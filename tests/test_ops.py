@@ -50,9 +50,8 @@ def test_fake_forward_and_backward_give_the_kernels_shapes_and_dtypes(problem, v
     loss = out[0] if isinstance(out, tuple) else out
     assert loss.shape == () and loss.dtype == dtype and loss.device.type == "meta"
     state = out[1:] if isinstance(out, tuple) else ()
-    if problem == "cross_entropy":
-        assert [(s.shape, s.dtype) for s in state] == [((8,), torch.float32), ((8,), torch.float32),
-                                                       ((2,), torch.int64)]
+    if problem == "cross_entropy":  # stats: loss scratch, counts, then row_max, row_log_sum, row_losses
+        assert [(s.shape, s.dtype) for s in state] == [((8 + 3 * 8,), torch.float32)]
     grad = rung_ops.backward(predictions, targets, *state, torch.empty((), device="meta"))
     assert grad.shape == predictions.shape and grad.dtype == dtype
     if rung_ops.forward_grad is not None:
@@ -219,14 +218,19 @@ def test_the_host_returns_before_the_kernels_end(problem, variant):
     assert leaf.grad is not None and loss.isfinite()
 
 
+HOST_US_BOUND = 25.0  # a forward call's host time, median of single calls
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("problem, variant", PAIRS)
 def test_host_time_per_call(problem, variant, capsys):
-    """Python + dispatch + launch per call, 200 calls back to back at a launch-bound size
-    (128 x 4096), printed for the record. The goal is 20 us; on the H100 VM this was first
-    run on (torch.empty about 5 us, a kernel launch about 4 us) kl_div's vectorized forward
-    took 44-49 us and cross_entropy's 75 (three launches, five allocations). The bound
-    only catches a host wait (the slow rungs' kernels fill the launch queue, hence 300)."""
+    """Python + dispatch + allocation + launch of one forward call without autograd at a
+    launch-bound size (128 x 4096): the median over 200 single calls, each timed on the host
+    alone after a synchronisation (so that a slow rung's kernels never fill the launch queue
+    and make the host wait), is at most HOST_US_BOUND. Forward+backward, 200 calls back to
+    back, is printed for the record (scripts/host_overhead.py compares both with
+    torch.compile)."""
+    import statistics
     import time
 
     predictions, targets = cuda_inputs(problem, shape=(128, 4096))
@@ -235,19 +239,21 @@ def test_host_time_per_call(problem, variant, capsys):
     for _ in range(20):
         loss_fn(predictions, targets)
         loss_fn(leaf, targets).backward()
+    times = []
+    for _ in range(200):
+        torch.cuda.synchronize()
+        start = time.perf_counter_ns()
+        loss_fn(predictions, targets)
+        times.append((time.perf_counter_ns() - start) / 1e3)
+    forward_us = statistics.median(times)
     torch.cuda.synchronize()
     calls = 200
-    start = time.perf_counter()
-    for _ in range(calls):
-        loss_fn(predictions, targets)
-    forward_us = (time.perf_counter() - start) / calls * 1e6
-    torch.cuda.synchronize()
-    start = time.perf_counter()
+    start = time.perf_counter_ns()
     for _ in range(calls):
         loss_fn(leaf, targets).backward()
-    both_us = (time.perf_counter() - start) / calls * 1e6
+    both_us = (time.perf_counter_ns() - start) / calls / 1e3
     torch.cuda.synchronize()
     with capsys.disabled():
-        print(f"\nhost time per call {problem} {variant}: forward {forward_us:.1f} us, "
-              f"forward+backward {both_us:.1f} us")
-    assert forward_us < 300
+        print(f"\nhost time per call {problem} {variant}: forward {forward_us:.1f} us (median of single calls), "
+              f"forward+backward {both_us:.1f} us (back to back)")
+    assert forward_us <= HOST_US_BOUND, f"{problem} {variant}: a forward call took {forward_us:.1f} us on the host"

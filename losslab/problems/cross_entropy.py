@@ -207,17 +207,29 @@ def validate_inputs(predictions, targets) -> None:
     require_cuda(predictions=predictions, targets=targets)
 
 
-STATE_NAMES = ("row_max", "row_log_sum", "counts")  # empty_state's, in order
+STATE_NAMES = ("stats",)  # empty_state's, in order
 
 
-def empty_state(predictions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """What a forward writes for its backward besides the inputs, unwritten: row_max and
-    row_log_sum, (N,) float32, and counts, (2,) int64, on the logits' device."""
-    rows, device = predictions.shape[0], predictions.device
-    # separate tensors: the operator's outputs must not alias one another
-    row_max = torch.empty(rows, device=device, dtype=torch.float32)
-    row_log_sum = torch.empty(rows, device=device, dtype=torch.float32)
-    return row_max, row_log_sum, torch.empty(2, device=device, dtype=torch.int64)
+def stats_layout(rows: int) -> tuple[int, int, int, int]:
+    """Where a forward's per-call buffers lie in its one ``stats`` tensor, in float32 elements.
+
+    Returns (counts, row_max, row_log_sum, row_losses) offsets: counts, (2,) int64, at 4
+    (byte 16); then three (N,) float32 arrays, each padded to a multiple of 4 so that each
+    starts on 16 bytes (valid_mean reads row_losses 4 at a time). Element 0 is scratch for
+    the float32 loss, where the loss is returned in another dtype or written into ``out``.
+    One allocation instead of five: at small sizes each ``torch.empty`` is a sizeable part of
+    a call's host time."""
+    padded = (rows + 3) // 4 * 4
+    return 4, 8, 8 + padded, 8 + 2 * padded
+
+
+def empty_state(predictions: torch.Tensor) -> tuple[torch.Tensor]:
+    """What a forward writes for its backward besides the inputs, unwritten: ``stats``, one
+    float32 tensor holding counts (n_valid, number of out-of-range targets; int64), each
+    row's max and log-sum (see :func:`stats_layout`), on the logits' device."""
+    rows = predictions.shape[0]
+    size = stats_layout(rows)[3] + (rows + 3) // 4 * 4
+    return (torch.empty(size, device=predictions.device, dtype=torch.float32),)
 
 
 def forward(ext, launcher: str, write_grad: bool, predictions: torch.Tensor, targets: torch.Tensor,
@@ -233,21 +245,24 @@ def forward(ext, launcher: str, write_grad: bool, predictions: torch.Tensor, tar
         out: optional 0-d tensor to write the loss into.
     Returns the 0-d loss (the logits' dtype unless ``out`` says otherwise; NaN if a target
     is outside [0, C) and not ignore_index) and what the backward needs: the gradient
-    alone if written, else predictions, targets, row_max, row_log_sum (N,) float32 and
-    counts (2,) int64 = (n_valid, number of out-of-range targets).
+    alone if written, else predictions, targets and ``stats`` (:func:`empty_state`: counts
+    = (n_valid, number of out-of-range targets), row_max, row_log_sum).
     """
     predictions, targets = predictions.contiguous(), targets.contiguous()
     rows, cols = predictions.shape
-    device = predictions.device
-    row_losses = torch.empty(rows, device=device, dtype=torch.float32)
-    row_max, row_log_sum, counts = empty_state(predictions)
-    loss = torch.empty((), device=device, dtype=torch.float32)
+    (stats,) = empty_state(predictions)
+    counts, row_max, row_log_sum, row_losses = (stats.data_ptr() + 4 * offset for offset in stats_layout(rows))
+    # the kernels write the loss in float32: into its own tensor when that is what is returned,
+    # else into the scratch element 0 of stats, converted or copied from there
+    direct = out is None and predictions.dtype == torch.float32
+    loss = torch.empty((), device=predictions.device, dtype=torch.float32) if direct else stats[0]
     grad = gradient_buffer(predictions, grad_out) if write_grad else None
-    launch(ext.count_targets, device, targets, counts, rows, cols)
-    launch(getattr(ext, launcher), device, predictions, targets, counts, row_losses, row_max, row_log_sum, loss,
-           grad, rows, cols, predictions.dtype)
-    saved = (predictions, targets, row_max, row_log_sum, counts) if grad is None else (grad,)
-    # the kernels accumulate and write the loss in fp32; it is returned in the logits' dtype
+    launch(ext.count_targets, predictions.device, targets, counts, rows, cols)
+    launch(getattr(ext, launcher), predictions.device, predictions, targets, counts, row_losses, row_max,
+           row_log_sum, loss, grad, rows, cols, predictions.dtype)
+    saved = (predictions, targets, stats) if grad is None else (grad,)
+    if direct:
+        return loss, saved
     return (loss.to(predictions.dtype) if out is None else out.copy_(loss)), saved
 
 
@@ -264,7 +279,9 @@ def backward(ext, launcher: str, grad_in_forward: bool, saved: Sequence[torch.Te
         grad = forward_gradient(saved[0], out)
         predictions = targets = row_max = row_log_sum = counts = None
     else:
-        predictions, targets, row_max, row_log_sum, counts = saved
+        predictions, targets, stats = saved
+        counts, row_max, row_log_sum, _ = (stats.data_ptr() + 4 * offset
+                                           for offset in stats_layout(predictions.shape[0]))
         grad = gradient_buffer(predictions, out)
     grad_loss = grad_loss.to(device=grad.device, dtype=torch.float32).contiguous()
     launch(getattr(ext, launcher), grad.device, predictions, targets, row_max, row_log_sum, counts, grad_loss, grad,

@@ -32,13 +32,15 @@ def launch(launcher: Callable[..., None], device: torch.device, *args: object) -
         RuntimeError: the launcher returned a CUDA error (its message names the launcher).
         KeyError: a dtype no launcher takes.
     """
-    values = [arg.data_ptr() if isinstance(arg, torch.Tensor) else 0 if arg is None
-              else DTYPE_CODES[arg] if isinstance(arg, torch.dtype) else arg for arg in args]
+    # At small sizes the host's time per call is the whole cost of a loss, so this path is
+    # written for it: exact-type tests first (the common numbers), a tensor last (anything
+    # else is one: a subclass too); the raw stream handle and the device check directly,
+    # where torch.cuda.device() and torch.cuda.current_stream() (a Stream object each call)
+    # cost several microseconds.
+    values = [arg if arg.__class__ in (int, float, bool) else 0 if arg is None
+              else DTYPE_CODES[arg] if arg.__class__ is torch.dtype else arg.data_ptr() for arg in args]
     index = device.index
-    # The raw stream handle and the device check cost a microsecond or two, where
-    # torch.cuda.device() and torch.cuda.current_stream() (a Stream object each call) cost
-    # several: at small sizes the host's time per call is the whole cost of a loss.
-    if torch.cuda.current_device() == index:
+    if torch._C._cuda_getDevice() == index:
         launcher(*values, torch._C._cuda_getCurrentRawStream(index))
         return
     with torch.cuda.device(index):

@@ -1,0 +1,156 @@
+"""Host time and GPU time per call of the losslab operators at launch-bound sizes, against torch.compile.
+
+    python scripts/host_overhead.py [--calls 200] [--variants vectorized,fused] [--no-compile]
+
+For each problem, shape (128 x 4096, 2048 x 4096), dtype (float32, bfloat16), implementation
+(the losslab rungs asked for, and torch.compile of the PyTorch definition) and direction
+(forward without autograd, forward + backward), one line:
+
+- host us: how long a call takes to return on the host, ``calls`` calls back to back
+  (Python, dispatch, allocations and launches; the GPU is never waited for);
+- b2b us: GPU time per call, the same calls queued back to back between two events;
+- call us: one call between two events after a synchronisation, the median of ``calls``
+  (what a lone call costs end to end: where host time exceeds the kernels', the GPU idles
+  between them and this is about the host time).
+
+Then a breakdown of one losslab forward's host time into its parts (validation, allocation,
+launch, the autograd.Function), to see where the microseconds go. Needs a CUDA GPU.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+import losslab
+from losslab import build, ops, problems
+from losslab.problems import launch as launch_mod
+
+SHAPES = ((128, 4096), (2048, 4096))
+DTYPES = (torch.float32, torch.bfloat16)
+
+
+def host_us(fn, calls: int) -> float:
+    torch.cuda.synchronize()
+    start = time.perf_counter_ns()
+    for _ in range(calls):
+        fn()
+    elapsed = time.perf_counter_ns() - start
+    torch.cuda.synchronize()
+    return elapsed / calls / 1e3
+
+
+def back_to_back_us(fn, calls: int) -> float:
+    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    begin.record()
+    for _ in range(calls):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return begin.elapsed_time(end) * 1e3 / calls
+
+
+def per_call_us(fn, calls: int) -> float:
+    times = []
+    for _ in range(calls):
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        begin.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(begin.elapsed_time(end) * 1e3)
+    return statistics.median(times)
+
+
+def calls_of(loss_fn, predictions, targets):
+    """(forward without autograd, forward + backward) as zero-argument functions."""
+    leaf = predictions.clone().requires_grad_(True)
+
+    def forward():
+        loss_fn(predictions, targets)
+
+    def forward_backward():
+        leaf.grad = None
+        loss_fn(leaf, targets).backward()
+
+    return forward, forward_backward
+
+
+def measure(name, fns, calls):
+    for fn in fns:  # warm up: builds, compiles, allocator
+        for _ in range(5):
+            fn()
+    rows = []
+    for direction, fn in zip(("forward", "fwd+bwd"), fns, strict=True):
+        rows.append((name, direction, host_us(fn, calls), back_to_back_us(fn, calls), per_call_us(fn, calls)))
+    return rows
+
+
+def table(args) -> None:
+    print(f"{'problem':14} {'shape':>11} {'dtype':9} {'impl':16} {'direction':9} "
+          f"{'host us':>8} {'b2b us':>8} {'call us':>8}")
+    for problem in problems.names():
+        spec = problems.get(problem)
+        for shape in SHAPES:
+            for dtype in DTYPES:
+                predictions, targets = spec.make_inputs(shape, seed=0, dtype=dtype)
+                impls = [(v, losslab.variant(problem, v)) for v in args.variants]
+                if args.compile:
+                    impls.append(("torch.compile", torch.compile(spec.reference)))
+                for name, loss_fn in impls:
+                    for row in measure(name, calls_of(loss_fn, predictions, targets), args.calls):
+                        print(f"{problem:14} {shape[0]:>5}x{shape[1]:<5} {str(dtype)[6:]:9} {row[0]:16} {row[1]:9} "
+                              f"{row[2]:8.1f} {row[3]:8.1f} {row[4]:8.1f}", flush=True)
+
+
+def breakdown(calls: int) -> None:
+    """Host us of the parts of one forward (kl_div and cross_entropy vectorized, 128 x 4096 fp32)."""
+    print("\nbreakdown of one forward's host time (us per call, 128 x 4096 float32, vectorized)")
+    x = torch.empty(128, 4096, device="cuda")
+    parts = {
+        "torch.empty(128) float32": lambda: torch.empty(128, device="cuda"),
+        "x.contiguous()": lambda: x.contiguous(),
+        "raw stream + current device": lambda: (torch.cuda.current_device(),
+                                                torch._C._cuda_getCurrentRawStream(0)),
+        "tensor view x[0]": lambda: x[0],
+    }
+    for problem in problems.names():
+        spec = problems.get(problem)
+        p, t = spec.make_inputs((128, 4096), seed=0)
+        rung_ops = ops.OPS[(problem, "vectorized")]
+        parts[f"{problem}: validate"] = lambda spec=spec, p=p, t=t: spec.validate(p, t)
+        parts[f"{problem}: operator kernel (no autograd)"] = lambda r=rung_ops, p=p, t=t: r.forward_kernel(p, t)
+        parts[f"{problem}: RungOps call (no grad)"] = lambda r=rung_ops, p=p, t=t: r(p, t)
+        loss_fn = losslab.variant(problem, "vectorized")
+        parts[f"{problem}: variant call (no grad)"] = lambda f=loss_fn, p=p, t=t: f(p, t)
+        parts[f"{problem}: torch.ops operator"] = lambda r=rung_ops, p=p, t=t: r.forward(p, t)
+    # a launch of the kl_div vectorized forward alone, its buffers allocated outside
+    p, t = problems.get("kl_div").make_inputs((128, 4096), seed=0)
+    scratch = torch.empty(136, device="cuda")
+    kl_ext = build.load_extension("kl_div")
+    parts["kl_div: launch() alone"] = lambda: launch_mod.launch(
+        kl_ext.vectorized_forward, p.device, p, t, scratch, scratch, None, 128, 4096, torch.float32)
+    for name, fn in parts.items():
+        for _ in range(20):
+            fn()
+        print(f"  {name:44} {host_us(fn, calls):7.1f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument("--variants", default="vectorized,fused")
+    parser.add_argument("--no-compile", dest="compile", action="store_false")
+    args = parser.parse_args()
+    args.variants = args.variants.split(",")
+    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}")
+    table(args)
+    breakdown(args.calls)
+
+
+if __name__ == "__main__":
+    main()
