@@ -11,6 +11,7 @@
 #include "common/dispatch.cuh"
 #include "cross_entropy/cross_entropy.cuh"
 #include "cross_entropy/launchers.h"
+#include "cross_entropy/options.cuh"
 #include "cross_entropy/row_packs.cuh"
 
 constexpr int WARPS = 4;  // rows per block
@@ -130,6 +131,153 @@ cudaError_t cross_entropy_vectorized_backward(const void* logits, const int64_t*
         cross_entropy_vectorized_backward_kernel<T><<<(N + WARPS - 1) / WARPS, THREADS, 0, stream>>>(
             static_cast<const T*>(logits), targets, row_max, row_log_sum, counts, grad_loss,
             static_cast<T*>(grad_logits), N, C);
+        return cudaGetLastError();
+    });
+}
+
+// --- PyTorch's options (options.h): weights, ignore_index, label smoothing, class
+// probabilities, reductions. One warp per row as above, packs loaded one at a time.
+
+constexpr int PREPARE_THREADS = 1024;
+
+// One block: the mean's denominator (sum of w_t over the rows not ignored, their count
+// without weights, N for class probabilities) and sum_j w_j, each added in a fixed order.
+__global__ void __launch_bounds__(PREPARE_THREADS)
+cross_entropy_options_prepare_kernel(const int64_t* __restrict__ targets,  // (N,) or null
+                                     const float* __restrict__ weight,     // (C,) or null
+                                     float* __restrict__ denominators,     // (2,)
+                                     int64_t N, int64_t C, int64_t ignore_index) {
+    float rows = 0.0f, weights = 0.0f;
+    if (targets) {
+        for (int64_t i = threadIdx.x; i < N; i += PREPARE_THREADS) {
+            const int64_t t = targets[i];
+            if (t != ignore_index && target_in_range(t, C)) rows += weight ? weight[t] : 1.0f;
+        }
+    }
+    if (weight)
+        for (int64_t j = threadIdx.x; j < C; j += PREPARE_THREADS) weights += weight[j];
+    rows = block_reduce_sum(rows);
+    weights = block_reduce_sum(weights);
+    if (threadIdx.x == 0) {
+        denominators[0] = targets ? rows : float(N);
+        denominators[1] = weight ? weights : float(C);
+    }
+}
+
+cudaError_t cross_entropy_options_prepare(const int64_t* targets, const float* weight, float* denominators,
+                                          int64_t N, int64_t C, int64_t ignore_index, cudaStream_t stream) {
+    cross_entropy_options_prepare_kernel<<<1, PREPARE_THREADS, 0, stream>>>(targets, weight, denominators, N, C,
+                                                                           ignore_index);
+    return cudaGetLastError();
+}
+
+constexpr int REDUCE_THREADS = 1024;
+
+__global__ void __launch_bounds__(REDUCE_THREADS)
+cross_entropy_options_reduce_kernel(const float* __restrict__ row_losses,    // (N,)
+                                    const float* __restrict__ denominators,  // (2,)
+                                    float* __restrict__ loss, int64_t N, int reduction) {
+    float sum = 0.0f;
+    for (int64_t i = threadIdx.x; i < N; i += REDUCE_THREADS) sum += row_losses[i];
+    sum = block_reduce_sum(sum);
+    // mean with every row ignored: 0 / 0 = NaN, as in PyTorch
+    if (threadIdx.x == 0) *loss = reduction == CE_MEAN ? sum / denominators[0] : sum;
+}
+
+cudaError_t cross_entropy_options_reduce(const float* row_losses, const float* denominators, float* loss,
+                                         int64_t N, int reduction, cudaStream_t stream) {
+    if (reduction == CE_NONE) return cudaSuccess;
+    cross_entropy_options_reduce_kernel<<<1, REDUCE_THREADS, 0, stream>>>(row_losses, denominators, loss, N,
+                                                                         reduction);
+    return cudaGetLastError();
+}
+
+template <typename T>
+__global__ void __launch_bounds__(THREADS)
+cross_entropy_options_forward_kernel(const T* __restrict__ logits,         // (N, C)
+                                     const int64_t* __restrict__ targets,  // (N,) or null
+                                     const T* __restrict__ probs,          // (N, C) or null
+                                     RowOptions o,
+                                     const float* __restrict__ denominators,  // (2,)
+                                     float* __restrict__ row_losses, float* __restrict__ row_max,
+                                     float* __restrict__ row_log_sum, float* __restrict__ row_coef,
+                                     int64_t N) {
+    const int lane = threadIdx.x % 32;
+    const int64_t row = blockIdx.x * int64_t(WARPS) + threadIdx.x / 32;
+    if (row >= N) return;  // the whole warp leaves together
+    const int64_t C = o.C;
+    const T* x = logits + row * C;
+    const T* q = probs ? probs + row * C : nullptr;
+    const float x0 = to_float(x[0]);
+    RowSums acc;
+    visit_row(x, q, C, lane, 32, [&](int64_t j, float xj, float qj) { row_add(acc, o, j, xj, qj, x0); });
+    acc.lse = warp_reduce_logsumexp(acc.lse);
+    acc.a = warp_reduce_sum(acc.a);
+    acc.ax = warp_reduce_sum(acc.ax);
+    if (lane == 0) {
+        const float log_sum = logf(acc.lse.sum);
+        const RowResult r = row_result(x, targets ? targets[row] : 0, o, acc, log_sum, denominators[1]);
+        row_losses[row] = r.loss;
+        row_max[row] = acc.lse.max;
+        row_log_sum[row] = log_sum;
+        row_coef[row] = r.coef;
+    }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(THREADS)
+cross_entropy_options_backward_kernel(const T* __restrict__ logits, const int64_t* __restrict__ targets,
+                                      const T* __restrict__ probs, RowOptions o,
+                                      const float* __restrict__ denominators, const float* __restrict__ row_max,
+                                      const float* __restrict__ row_log_sum, const float* __restrict__ row_coef,
+                                      const float* __restrict__ grad_loss,  // () or (N,) for reduction none
+                                      T* __restrict__ grad_logits, int64_t N, int reduction) {
+    const int lane = threadIdx.x % 32;
+    const int64_t row = blockIdx.x * int64_t(WARPS) + threadIdx.x / 32;
+    if (row >= N) return;
+    const int64_t C = o.C;
+    const int64_t target = targets ? targets[row] : 0;
+    const float upstream = reduction == CE_NONE ? grad_loss[row]
+                           : reduction == CE_MEAN ? *grad_loss / denominators[0] : *grad_loss;
+    const float scale = options_row_scale(target, o, upstream);
+    write_row_grad(logits + row * C, probs ? probs + row * C : nullptr, grad_logits + row * C, target, o,
+                   row_max[row], row_log_sum[row], row_coef[row], scale, lane, 32);
+}
+
+cudaError_t cross_entropy_vectorized_options_forward(const void* logits, const int64_t* targets, const void* probs,
+                                                     const float* weight, const float* denominators,
+                                                     float* row_losses, float* row_max, float* row_log_sum,
+                                                     float* row_coef, float* loss, void* /*grad_logits*/,
+                                                     int64_t N, int64_t C, int64_t ignore_index,
+                                                     float label_smoothing, int reduction, DType dtype,
+                                                     cudaStream_t stream) {
+    if ((targets == nullptr) == (probs == nullptr)) return cudaErrorInvalidValue;
+    const RowOptions o = row_options(weight, probs, C, ignore_index, label_smoothing);
+    cudaError_t err = dispatch_dtype(dtype, [&](auto tag) {
+        using T = decltype(tag);
+        cross_entropy_options_forward_kernel<T><<<(N + WARPS - 1) / WARPS, THREADS, 0, stream>>>(
+            static_cast<const T*>(logits), targets, static_cast<const T*>(probs), o, denominators, row_losses,
+            row_max, row_log_sum, row_coef, N);
+        return cudaGetLastError();
+    });
+    if (err != cudaSuccess) return err;
+    return cross_entropy_options_reduce(row_losses, denominators, loss, N, reduction, stream);
+}
+
+cudaError_t cross_entropy_vectorized_options_backward(const void* logits, const int64_t* targets, const void* probs,
+                                                      const float* weight, const float* denominators,
+                                                      const float* row_max, const float* row_log_sum,
+                                                      const float* row_coef, const float* grad_loss,
+                                                      void* grad_logits, int64_t N, int64_t C, int64_t ignore_index,
+                                                      float label_smoothing, int reduction, DType dtype,
+                                                      cudaStream_t stream) {
+    if ((targets == nullptr) == (probs == nullptr)) return cudaErrorInvalidValue;
+    const RowOptions o = row_options(weight, probs, C, ignore_index, label_smoothing);
+    return dispatch_dtype(dtype, [&](auto tag) {
+        using T = decltype(tag);
+        cross_entropy_options_backward_kernel<T><<<(N + WARPS - 1) / WARPS, THREADS, 0, stream>>>(
+            static_cast<const T*>(logits), targets, static_cast<const T*>(probs), o, denominators, row_max,
+            row_log_sum, row_coef, grad_loss, static_cast<T*>(grad_logits), N, reduction);
         return cudaGetLastError();
     });
 }

@@ -10,6 +10,7 @@
 #include "common/sum_partials.cuh"
 #include "kl_div/kl_div.cuh"
 #include "kl_div/launchers.h"
+#include "kl_div/options.cuh"
 
 constexpr int THREADS = 256;
 constexpr int UNROLL = 4;
@@ -96,4 +97,16 @@ cudaError_t kl_div_fused_backward(const void* /*predictions: unread*/, const voi
                                   const float* grad_loss, void* grad_predictions, int64_t B, int64_t D,
                                   DType dtype, cudaStream_t stream) {
     return scale_in_place(grad_predictions, grad_loss, B * D, dtype, stream);
+}
+
+// PyTorch's options (options.h), reductions sum, mean and batchmean: the terms' sums
+// and dL/dinput = -t / divisor (-exp(t) / divisor with log_target) in the same pass;
+// the backward is fused's above (scale in place). Reduction none needs each element's
+// upstream gradient: vectorized's backward.
+cudaError_t kl_div_fused_options_forward(const void* input, const void* target, float* partials, float* loss,
+                                         void* elementwise, void* grad_input, int64_t n, int log_target,
+                                         float divisor, DType dtype, cudaStream_t stream) {
+    if (grad_input == nullptr || elementwise != nullptr) return cudaErrorInvalidValue;
+    return kl_div_options_launch(input, target, partials, loss, nullptr, grad_input, n, log_target, divisor, dtype,
+                                 stream);
 }

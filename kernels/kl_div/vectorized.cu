@@ -11,6 +11,7 @@
 #include "common/sum_partials.cuh"
 #include "kl_div/kl_div.cuh"
 #include "kl_div/launchers.h"
+#include "kl_div/options.cuh"
 
 constexpr int THREADS = 256;
 constexpr int UNROLL = 4;
@@ -126,6 +127,62 @@ cudaError_t kl_div_vectorized_backward(const void* predictions, const void* targ
             const int64_t blocks = std::min<int64_t>((n + THREADS - 1) / THREADS, 1 << 20);
             kl_div_scalar_backward_kernel<T><<<blocks, THREADS, 0, stream>>>(p, t, grad_loss, g, n, float(B));
         }
+        return cudaGetLastError();
+    });
+}
+
+// --- PyTorch's options (options.h): log-probability input, log_target, any shape,
+// reductions none/sum/mean/batchmean. Flat grid-stride passes (options.cuh).
+
+template <typename T>
+__global__ void __launch_bounds__(KL_OPTIONS_THREADS)
+kl_div_options_backward_kernel(const T* __restrict__ target, const float* __restrict__ grad_loss,
+                               const T* __restrict__ grad_terms,  // (n,) or null
+                               T* __restrict__ grad, int64_t n, bool log_target, float divisor) {
+    constexpr int V = Pack<T>::size;
+    const float scale = grad_terms ? 0.0f : *grad_loss / divisor;
+    const int64_t stride = int64_t(gridDim.x) * KL_OPTIONS_THREADS;
+    const int64_t first = blockIdx.x * int64_t(KL_OPTIONS_THREADS) + threadIdx.x;
+    const int64_t found = common_head(n, target, grad_terms, grad, nullptr, sizeof(T));
+    const int64_t head = found < 0 ? n : found, packs = found < 0 ? 0 : (n - head) / V;
+    auto one = [&](int64_t i) {
+        grad[i] = from_float<T>(kl_options_grad(to_float(target[i]), log_target,
+                                                grad_terms ? to_float(grad_terms[i]) : scale));
+    };
+    for (int64_t i = first; i < head; i += stride) one(i);
+    for (int64_t k = first; k < packs; k += stride) {
+        const int64_t i0 = head + V * k;
+        const Pack<T> tp = load_pack(target + i0);
+        Pack<T> up, out;
+        up.raw = out.raw = make_uint4(0, 0, 0, 0);
+        if (grad_terms) up = load_pack(grad_terms + i0);
+        float gf[V];
+#pragma unroll
+        for (int e = 0; e < V; ++e) gf[e] = kl_options_grad(tp[e], log_target, grad_terms ? up[e] : scale);
+#pragma unroll
+        for (int e = 0; e < V; ++e) out.set(e, gf[e]);
+        store_pack(grad + i0, out);
+    }
+    for (int64_t i = head + V * packs + first; i < n; i += stride) one(i);
+}
+
+cudaError_t kl_div_vectorized_options_forward(const void* input, const void* target, float* partials, float* loss,
+                                              void* elementwise, void* /*grad_input: not fused*/, int64_t n,
+                                              int log_target, float divisor, DType dtype, cudaStream_t stream) {
+    return kl_div_options_launch(input, target, partials, loss, elementwise, nullptr, n, log_target, divisor, dtype,
+                                 stream);
+}
+
+cudaError_t kl_div_vectorized_options_backward(const void* target, const float* grad_loss, const void* grad_terms,
+                                               void* grad_input, int64_t n, int log_target, float divisor,
+                                               DType dtype, cudaStream_t stream) {
+    return dispatch_dtype(dtype, [&](auto tag) {
+        using T = decltype(tag);
+        const int64_t per_block = int64_t(KL_OPTIONS_THREADS) * Pack<T>::size;
+        const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>((n + per_block - 1) / per_block, 1 << 16));
+        kl_div_options_backward_kernel<T><<<blocks, KL_OPTIONS_THREADS, 0, stream>>>(
+            static_cast<const T*>(target), grad_loss, static_cast<const T*>(grad_terms), static_cast<T*>(grad_input),
+            n, log_target != 0, divisor);
         return cudaGetLastError();
     });
 }

@@ -4,10 +4,12 @@
 // pointers, sizes, the dtype code and the current CUDA stream as integers.
 #include "bind.h"
 #include "cross_entropy/launchers.h"
+#include "cross_entropy/options.h"
 
 // The rungs bound: all of them, unless the includer names fewer (an exported
 // single-rung solution links only its rung's kernels).
 #ifndef BOUND_RUNGS
+#define BIND_OPTIONS  // PyTorch's options (options.h), in vectorized.cu and fused.cu
 #define BOUND_RUNGS CROSS_ENTROPY_RUNGS
 #endif
 
@@ -19,4 +21,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     losslab::bind(m, #rung "_backward", &cross_entropy_##rung##_backward);
     BOUND_RUNGS(BIND_RUNG)
 #undef BIND_RUNG
+#ifdef BIND_OPTIONS
+    losslab::bind(m, "options_prepare", &cross_entropy_options_prepare);
+    losslab::bind(m, "vectorized_options_forward", &cross_entropy_vectorized_options_forward);
+    losslab::bind(m, "vectorized_options_backward", &cross_entropy_vectorized_options_backward);
+    losslab::bind(m, "fused_options_forward", &cross_entropy_fused_options_forward);
+#endif
 }

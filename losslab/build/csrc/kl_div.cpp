@@ -4,10 +4,12 @@
 // the current CUDA stream as integers.
 #include "bind.h"
 #include "kl_div/launchers.h"
+#include "kl_div/options.h"
 
 // The rungs bound: all of them, unless the includer names fewer (an exported
 // single-rung solution links only its rung's kernels).
 #ifndef BOUND_RUNGS
+#define BIND_OPTIONS  // PyTorch's options (options.h), in vectorized.cu and fused.cu
 #define BOUND_RUNGS KL_DIV_RUNGS
 #endif
 
@@ -18,4 +20,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     losslab::bind(m, #rung "_backward", &kl_div_##rung##_backward);
     BOUND_RUNGS(BIND_RUNG)
 #undef BIND_RUNG
+#ifdef BIND_OPTIONS
+    losslab::bind(m, "vectorized_options_forward", &kl_div_vectorized_options_forward);
+    losslab::bind(m, "vectorized_options_backward", &kl_div_vectorized_options_backward);
+    losslab::bind(m, "fused_options_forward", &kl_div_fused_options_forward);
+#endif
 }

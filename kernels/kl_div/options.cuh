@@ -1,0 +1,107 @@
+// Device code of kl_div's options (options.h gives the formulas): one grid-stride
+// pass over the flat tensors, 16-byte packs where every tensor it touches has the
+// same offset from a 16-byte boundary (scalar loads otherwise), at most
+// KL_DIV_OPTIONS_MAX_BLOCKS blocks, each writing one partial sum that
+// launch_sum_partials adds in a fixed order (no float atomicAdd).
+#pragma once
+#include <algorithm>
+#include "common/dispatch.cuh"
+#include "common/reduce.cuh"
+#include "common/sum_partials.cuh"
+#include "common/xlogy.cuh"
+#include "kl_div/options.h"
+
+constexpr int KL_OPTIONS_THREADS = 256;
+
+__device__ __forceinline__ float kl_options_term(float input, float t, bool log_target) {
+    return log_target ? expf(t) * (t - input) : xlogy(t, t) - t * input;
+}
+
+// dterm/dinput = -t (or -exp(t)): the input is not needed.
+__device__ __forceinline__ float kl_options_grad(float t, bool log_target, float scale) {
+    return -(log_target ? expf(t) : t) * scale;
+}
+
+// Elements before the first 16-byte boundary, or -1 if the non-null pointers sit at
+// different offsets from one (then every element goes the scalar way).
+__device__ __forceinline__ int64_t common_head(int64_t n, const void* a, const void* b, const void* c,
+                                               const void* d, int size) {
+    const uintptr_t offset = reinterpret_cast<uintptr_t>(a) % 16;
+    for (const void* p : {b, c, d})
+        if (p && reinterpret_cast<uintptr_t>(p) % 16 != offset) return -1;
+    return min(n, int64_t((16 - offset) % 16 / size));
+}
+
+template <typename T>
+__global__ void __launch_bounds__(KL_OPTIONS_THREADS)
+kl_div_options_forward_kernel(const T* __restrict__ input, const T* __restrict__ target,
+                              float* __restrict__ partials,  // (gridDim.x,)
+                              T* __restrict__ terms,         // (n,) or null
+                              T* __restrict__ grad,          // (n,) or null
+                              int64_t n, bool log_target, float grad_scale) {
+    constexpr int V = Pack<T>::size;
+    const int64_t stride = int64_t(gridDim.x) * KL_OPTIONS_THREADS;
+    const int64_t first = blockIdx.x * int64_t(KL_OPTIONS_THREADS) + threadIdx.x;
+    const int64_t found = common_head(n, input, target, terms, grad, sizeof(T));
+    const int64_t head = found < 0 ? n : found, packs = found < 0 ? 0 : (n - head) / V;
+    float sum = 0.0f;
+    auto one = [&](int64_t i) {
+        const float x = to_float(input[i]), t = to_float(target[i]);
+        const float term = kl_options_term(x, t, log_target);
+        if (terms) terms[i] = from_float<T>(term);
+        else sum += term;
+        if (grad) grad[i] = from_float<T>(kl_options_grad(t, log_target, grad_scale));
+    };
+    for (int64_t i = first; i < head; i += stride) one(i);
+    for (int64_t k = first; k < packs; k += stride) {
+        const int64_t i0 = head + V * k;
+        const Pack<T> xp = load_pack(input + i0), tp = load_pack(target + i0);
+        float tf[V], gf[V];
+#pragma unroll
+        for (int e = 0; e < V; ++e) {
+            tf[e] = kl_options_term(xp[e], tp[e], log_target);
+            gf[e] = kl_options_grad(tp[e], log_target, grad_scale);
+        }
+        if (terms) {
+            Pack<T> out;
+            out.raw = make_uint4(0, 0, 0, 0);
+#pragma unroll
+            for (int e = 0; e < V; ++e) out.set(e, tf[e]);
+            store_pack(terms + i0, out);
+        } else {
+#pragma unroll
+            for (int e = 0; e < V; ++e) sum += tf[e];
+        }
+        if (grad) {
+            Pack<T> out;
+            out.raw = make_uint4(0, 0, 0, 0);
+#pragma unroll
+            for (int e = 0; e < V; ++e) out.set(e, gf[e]);
+            store_pack(grad + i0, out);
+        }
+    }
+    for (int64_t i = head + V * packs + first; i < n; i += stride) one(i);
+    if (terms) return;  // the whole grid takes this branch
+    sum = block_reduce_sum(sum);
+    if (threadIdx.x == 0) partials[blockIdx.x] = sum;
+}
+
+// The forward of both rungs: the terms (reduction none) or their partial sums and the
+// 0-d loss; the gradient for grad_loss = 1 too when grad_input is given.
+inline cudaError_t kl_div_options_launch(const void* input, const void* target, float* partials, float* loss,
+                                         void* elementwise, void* grad_input, int64_t n, int log_target,
+                                         float divisor, DType dtype, cudaStream_t stream) {
+    int64_t blocks = 0;
+    cudaError_t err = dispatch_dtype(dtype, [&](auto tag) {
+        using T = decltype(tag);
+        const int64_t per_block = int64_t(KL_OPTIONS_THREADS) * Pack<T>::size;
+        blocks = std::max<int64_t>(1, std::min<int64_t>((n + per_block - 1) / per_block,
+                                                        KL_DIV_OPTIONS_MAX_BLOCKS));
+        kl_div_options_forward_kernel<T><<<blocks, KL_OPTIONS_THREADS, 0, stream>>>(
+            static_cast<const T*>(input), static_cast<const T*>(target), partials, static_cast<T*>(elementwise),
+            static_cast<T*>(grad_input), n, log_target != 0, 1.0f / divisor);
+        return cudaGetLastError();
+    });
+    if (err != cudaSuccess || elementwise != nullptr) return err;
+    return launch_sum_partials(partials, blocks, divisor, loss, stream);
+}

@@ -1,0 +1,230 @@
+"""Drop-in ``torch.nn.functional.kl_div`` and ``cross_entropy`` on losslab's fastest rungs.
+
+    >>> import losslab.nn.functional as LF
+    >>> loss = LF.cross_entropy(logits, labels, label_smoothing=0.1)   # as F.cross_entropy
+    >>> loss.backward()
+
+Same signatures, semantics and kinds of error as PyTorch's (checked against it in
+``tests/test_nn.py``), through the ``torch.library`` operators of :mod:`losslab.nn.operators`
+(compile- and graph-capturable; no host synchronisation). Which kernels run:
+
+=====================================  =============================================
+a gradient will be needed, reduction   ``fused``: one pass writes the loss and the
+sum/mean/batchmean                     gradient; the backward only scales it
+otherwise (inference, reduction none)  ``vectorized``: forward, and its backward
+=====================================  =============================================
+
+Differences from PyTorch, each raised as an error rather than computed differently:
+only CUDA tensors of float32, bfloat16 or float16 (TypeError/ValueError naming the
+argument); no gradient w.r.t. ``target`` (NotImplementedError); no empty tensors
+(ValueError). A class index outside [0, C) that is not ``ignore_index`` makes the loss NaN
+(PyTorch stops with a device-side assert); :func:`losslab.problems.cross_entropy.check_targets`
+raises for it. The math runs in float32 whatever the storage dtype; the loss comes back in
+the input's dtype. ``(N, C, d1, ...)`` inputs are moved to ``(N * d1 * ..., C)``: a
+``permute().contiguous()`` that costs one extra read and write of the logits (and of
+class-probability targets) before the kernel.
+"""
+from __future__ import annotations
+
+import warnings
+
+import torch
+from torch.nn import _reduction
+
+from losslab.nn import operators
+from losslab.problems import cross_entropy as ce_host
+from losslab.problems import kl_div as kl_host
+
+FLOATS = (torch.float32, torch.bfloat16, torch.float16)
+# The rung table: True runs fused when a gradient will be needed (reduction other than
+# none); False always runs vectorized (its own backward kernel, which reads the inputs
+# again, but keeps no (N, C) gradient between forward and backward and allows retain_graph).
+PREFER_FUSED = True
+KL_MEAN_WARNING = ("reduction: 'mean' divides the total loss by both the batch size and the support size."
+                   "'batchmean' divides only by the batch size, and aligns with the KL div math definition."
+                   "'mean' will be changed to behave the same as 'batchmean' in the next major release.")
+
+
+def _reduction_name(size_average, reduce, reduction: str) -> str:
+    if size_average is not None or reduce is not None:
+        return _reduction.legacy_get_string(size_average, reduce)
+    if reduction not in ("none", "mean", "sum", "batchmean"):
+        raise ValueError(f"{reduction} is not a valid value for reduction")
+    return reduction
+
+
+def _require_input(name: str, value, function: str) -> torch.Tensor:
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{function}(): argument '{name}' must be Tensor, not {type(value).__name__}")
+    if not value.is_floating_point():
+        raise RuntimeError(f"{function}: {name} must be a floating-point tensor, got {value.dtype}")
+    if value.dtype not in FLOATS:
+        raise TypeError(f"{name}: losslab has kernels for torch.float32, torch.bfloat16 and torch.float16, "
+                        f"got {value.dtype}")
+    if value.numel() == 0:
+        raise ValueError(f"{name}: expected a non-empty tensor, got shape {tuple(value.shape)}")
+    return value
+
+
+def _require_cuda(**tensors: torch.Tensor | None) -> None:
+    devices = []
+    for name, tensor in tensors.items():
+        if tensor is None:
+            continue
+        if tensor.device.type != "cuda":
+            raise ValueError(f"{name}: losslab's kernels need a CUDA tensor, got a tensor on {tensor.device}")
+        devices.append(tensor.device)
+    if any(d != devices[0] for d in devices[1:]):
+        raise RuntimeError(f"Expected all tensors to be on the same device, got {', '.join(map(str, devices))}")
+
+
+def _require_no_target_grad(target: torch.Tensor) -> None:
+    if torch.is_grad_enabled() and target.requires_grad:
+        raise NotImplementedError("target: losslab computes no gradient w.r.t. the target; pass target.detach()")
+
+
+def kl_div(input: torch.Tensor, target: torch.Tensor, size_average=None, reduce=None, reduction: str = "mean",
+           log_target: bool = False) -> torch.Tensor:
+    """``F.kl_div``: the KL divergence of ``target`` from the distribution whose
+    LOG-probabilities are ``input`` (unlike the ladder's ``predictions``, which are
+    probabilities).
+
+    Args:
+        input: log-probabilities, any shape, float32/bfloat16/float16, CUDA.
+        target: probabilities (log-probabilities with ``log_target``), broadcastable to
+            ``input``; cast to its dtype.
+        reduction: ``"none"`` (the elementwise terms), ``"sum"``, ``"mean"`` (the sum over
+            ALL elements divided by their number, with PyTorch's warning) or
+            ``"batchmean"`` (divided by ``input.size(0)``, the KL divergence's definition).
+    Returns the loss in ``input``'s dtype (``input``'s broadcast shape for none, else 0-d).
+    Raises: as F.kl_div (ValueError for an unknown reduction, RuntimeError for shapes that
+    do not broadcast or integer tensors), and see the module docstring.
+    """
+    reduction = _reduction_name(size_average, reduce, reduction)
+    if reduction == "mean":
+        warnings.warn(KL_MEAN_WARNING, stacklevel=2)
+    if not isinstance(target, torch.Tensor):
+        raise TypeError(f"kl_div(): argument 'target' must be Tensor, not {type(target).__name__}")
+    if isinstance(input, torch.Tensor) and not (input.is_floating_point() and target.is_floating_point()):
+        raise RuntimeError("kl_div: Integral inputs not supported.")
+    _require_input("input", input, "kl_div")
+    _require_no_target_grad(target)
+    shape = torch.broadcast_shapes(input.shape, target.shape)
+    _require_cuda(input=input, target=target)
+    if tuple(input.shape) != tuple(shape):
+        input = input.expand(shape)
+    target = target.to(input.dtype).expand(shape).contiguous()
+    input = input.contiguous()
+    code = kl_host.REDUCTIONS[reduction]
+    if PREFER_FUSED and reduction != "none" and torch.is_grad_enabled() and input.requires_grad:
+        return operators.kl_forward_grad(input, target, code, bool(log_target))[0]
+    return operators.kl_forward(input, target, code, bool(log_target))
+
+
+def _ce_shapes(input: torch.Tensor, target: torch.Tensor, probs: bool) -> None:
+    """PyTorch's shape errors for cross-entropy (RuntimeError/ValueError, its messages)."""
+    if input.dim() == 0:
+        raise RuntimeError("cross_entropy: input must have at least one dimension (C) or (N, C, ...), got 0-d")
+    if probs:
+        if target.shape != input.shape:
+            raise RuntimeError(f"Expected input and target to have the same shape for class-probability targets, "
+                               f"got input {list(input.shape)} and target {list(target.shape)}")
+        return
+    if input.dim() == 1:
+        if target.dim() != 0:
+            raise RuntimeError("0D or 1D target tensor expected, multi-target not supported")
+        return
+    if input.dim() == 2 and target.dim() != 1:
+        raise RuntimeError("0D or 1D target tensor expected, multi-target not supported")
+    if target.shape[:1] != input.shape[:1]:
+        raise ValueError(f"Expected input batch_size ({input.shape[0]}) to match target batch_size "
+                         f"({target.shape[0] if target.dim() else 1}).")
+    expected = [input.shape[0], *input.shape[2:]]
+    if list(target.shape) != expected:
+        raise RuntimeError(f"Expected target size {expected}, got {list(target.shape)}")
+
+
+def cross_entropy(input: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None = None, size_average=None,
+                  ignore_index: int = -100, reduce=None, reduction: str = "mean",
+                  label_smoothing: float = 0.0) -> torch.Tensor:
+    """``F.cross_entropy``: the cross-entropy between ``input`` logits and ``target``.
+
+    Args:
+        input: logits (C,), (N, C) or (N, C, d1, ...), float32/bfloat16/float16, CUDA.
+        target: class indices (int64 or uint8) of shape (), (N,) or (N, d1, ...), any integer
+            ``ignore_index`` leaving the loss; or class probabilities of ``input``'s shape
+            (floating; cast to its dtype; ``ignore_index`` must then be negative).
+        weight: (C,) per-class weights of ``input``'s dtype, or None.
+        reduction: ``"none"``, ``"mean"`` (class indices: divided by the sum of the weights
+            of the targets not ignored, their count without weights; probabilities: by
+            the number of rows N * d1 * ...) or ``"sum"``.
+        label_smoothing: in [0, 1] (non-positive: none), PyTorch's formula with ``weight``:
+            (1 - eps) * nll + eps / C * sum_c w_c * (-log p_c) per row.
+    Returns the loss in ``input``'s dtype: 0-d, or the target's shape (class indices) /
+    (N, d1, ...) (probabilities) for none.
+    Raises: as F.cross_entropy (ValueError for an unknown reduction or a batch-size
+    mismatch, RuntimeError for other shape, dtype and weight errors), and see the module
+    docstring.
+    """
+    reduction = _reduction_name(size_average, reduce, reduction)
+    if reduction == "batchmean":
+        raise ValueError("batchmean is not a valid value for reduction")
+    if not isinstance(target, torch.Tensor):
+        raise TypeError(f"cross_entropy_loss(): argument 'target' must be Tensor, not {type(target).__name__}")
+    if isinstance(input, torch.Tensor) and not input.is_floating_point():
+        raise NotImplementedError(f"cross_entropy: logits of dtype {input.dtype} are not supported")
+    _require_input("input", input, "cross_entropy_loss")
+    if label_smoothing > 1.0:
+        raise RuntimeError(f"label_smoothing must be between 0.0 and 1.0. Got: {label_smoothing}")
+    probs = target.is_floating_point()
+    if not probs and target.dtype not in (torch.int64, torch.uint8):
+        raise RuntimeError(f"expected target dtype to be Long or Byte, but got {_short(target.dtype)}")
+    if probs and ignore_index >= 0:
+        raise RuntimeError("ignore_index is not supported for floating point target")
+    _ce_shapes(input, target, probs)
+    classes = input.shape[0] if input.dim() == 1 else input.shape[1]
+    if weight is not None:
+        if weight.dim() != 1 or weight.numel() != classes:
+            raise RuntimeError(f"weight tensor should be defined either for all {classes} classes or no classes "
+                               f"but got weight tensor of shape: {list(weight.shape)}")
+        if weight.dtype != input.dtype:
+            raise RuntimeError(f"expected scalar type {_short(input.dtype)} but found {_short(weight.dtype)}")
+    if probs:
+        _require_no_target_grad(target)
+    _require_cuda(input=input, target=target, weight=weight)
+    return _cross_entropy_2d(input, target, weight, probs, int(ignore_index), reduction,
+                             max(0.0, float(label_smoothing)))
+
+
+def _short(dtype: torch.dtype) -> str:
+    return {torch.float32: "Float", torch.float16: "Half", torch.bfloat16: "BFloat16", torch.float64: "Double",
+            torch.int32: "Int", torch.int16: "Short", torch.int8: "Char", torch.bool: "Bool"}.get(dtype, str(dtype))
+
+
+def _cross_entropy_2d(input, target, weight, probs, ignore_index, reduction, label_smoothing):
+    """The checked call on (rows, C): the class dim moved last (a copy for (N, C, d1, ...)),
+    the operator chosen, the loss reshaped back for none."""
+    unbatched = input.dim() == 1
+    if unbatched:
+        input, target = input.unsqueeze(0), target.unsqueeze(0)
+    out_shape = (input.shape[0], *input.shape[2:])
+    classes = input.shape[1]
+    if input.dim() > 2:
+        input = input.movedim(1, -1)
+        if probs:
+            target = target.movedim(1, -1)
+    logits = input.reshape(-1, classes).contiguous()
+    if probs:
+        target = target.to(logits.dtype).reshape(-1, classes).contiguous()
+    else:
+        target = target.reshape(-1).to(torch.int64).contiguous()
+    w = None if weight is None else weight.detach().to(torch.float32).contiguous()
+    code = ce_host.REDUCTIONS[reduction]
+    args = (logits, None if probs else target, target if probs else None, w, ignore_index, label_smoothing, code)
+    if PREFER_FUSED and reduction != "none" and torch.is_grad_enabled() and logits.requires_grad:
+        loss = operators.ce_forward_grad(*args)[0]
+    else:
+        loss = operators.ce_forward(*args)[0]
+    if reduction != "none":
+        return loss
+    return loss.reshape(() if unbatched else out_shape)

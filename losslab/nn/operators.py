@@ -1,0 +1,215 @@
+"""The operators behind :mod:`losslab.nn.functional`: PyTorch's options on the vectorized
+and fused kernels, as ``torch.library`` operators in the ``losslab`` namespace with fake
+implementations and autograd (the pattern of :mod:`losslab.ops`), so that
+``torch.compile(fullgraph=True)`` traces through them and CUDA graphs capture them (no
+operator waits for the host, none mutates its inputs).
+
+``losslab::nn_cross_entropy_forward(input, target?, probs?, weight?, ignore_index, label_smoothing, reduction)``
+    vectorized: the loss ((N,) for none, else 0-d; input's dtype) and the backward's state
+    (row_max, row_log_sum, row_coef (N,) float32, denominators (2,) float32).
+``losslab::nn_cross_entropy_forward_grad(<the same>) -> (loss, grad)``
+    fused (sum, mean): the loss and dL/dinput for grad_loss = 1.
+``losslab::nn_cross_entropy_backward(input, target?, probs?, weight?, <the state>, grad_loss, <the options>)``
+    vectorized's backward: dL/dinput (grad_loss 0-d, or (N,) for none).
+``losslab::nn_kl_div_forward(input, target, int reduction, bool log_target) -> loss``
+``losslab::nn_kl_div_forward_grad(<the same>) -> (loss, grad)``
+``losslab::nn_kl_div_backward(target, grad_loss, int reduction, bool log_target) -> grad``
+
+Inputs are 2-D (N, C) contiguous logits for cross-entropy and any-shape contiguous tensors
+for KL, already checked by :mod:`losslab.nn.functional`. The backward of a ``_forward_grad``
+multiplies the forward's gradient by grad_loss: out of place when traced (AOTAutograd cannot
+partition a backward that mutates a forward output), in place in eager mode (the fused
+rung's scale kernel, which moves no byte when grad_loss is 1), once per forward.
+"""
+from __future__ import annotations
+
+import torch
+
+from losslab import build
+from losslab.problems import cross_entropy as ce_host
+from losslab.problems import kl_div as kl_host
+from losslab.problems.launch import launch
+
+NAMESPACE = "losslab"
+_LIBRARY = torch.library.Library(NAMESPACE, "FRAGMENT")
+_EXTENSIONS: dict[str, object] = {}
+
+
+def _ext(problem: str):
+    """The problem's built extension (built at the first call)."""
+    if problem not in _EXTENSIONS:
+        _EXTENSIONS[problem] = build.load_extension(problem)
+    return _EXTENSIONS[problem]
+
+
+def _define(name: str, schema: str, kernel, fake) -> torch._ops.OpOverload:
+    _LIBRARY.define(f"{name}{schema}")
+    _LIBRARY.impl(name, kernel, "CUDA")
+    torch.library.register_fake(f"{NAMESPACE}::{name}", fake, lib=_LIBRARY)
+    return getattr(getattr(torch.ops, NAMESPACE), name).default
+
+
+def _eager(tensor: torch.Tensor) -> bool:
+    """A plain CUDA tensor (not a fake, functional or meta one being traced): safe to scale in place."""
+    return type(tensor) is torch.Tensor and tensor.device.type == "cuda" and not torch.compiler.is_compiling()
+
+
+def _scale_grad(ctx, problem: str, grad: torch.Tensor, grad_loss: torch.Tensor) -> torch.Tensor:
+    """The forward's gradient times grad_loss (see the module docstring)."""
+    if _eager(grad) and _eager(grad_loss):
+        if ctx.scaled:
+            raise RuntimeError(f"losslab {problem}: backward can run once per forward when the fused kernel "
+                               "wrote the gradient (it scales it in place); run the forward again")
+        ctx.scaled = True
+        scale = grad_loss.to(device=grad.device, dtype=torch.float32).contiguous()
+        nulls = (None, None) if problem == "kl_div" else (None,) * 5  # the inputs it does not read
+        launch(_ext(problem).fused_backward, grad.device, *nulls, scale, grad, grad.numel(), 1, grad.dtype)
+        return grad
+    return (grad.float() * grad_loss.float()).to(grad.dtype)
+
+
+# --- cross-entropy ------------------------------------------------------------------------------
+
+_CE_ARGS = "Tensor input, Tensor? target, Tensor? probs, Tensor? weight, int ignore_index, float label_smoothing, " \
+           "int reduction"
+
+
+def _ce_loss_fake(input, reduction):
+    return input.new_empty((input.shape[0],) if reduction == ce_host.REDUCTIONS["none"] else ())
+
+
+def _ce_forward_kernel(input, target, probs, weight, ignore_index, label_smoothing, reduction):
+    loss, state, _ = ce_host.options_forward(_ext("cross_entropy"), "vectorized", input, target, probs, weight,
+                                             ignore_index, label_smoothing, reduction, False)
+    return (loss, *state)
+
+
+def _ce_forward_fake(input, target, probs, weight, ignore_index, label_smoothing, reduction):
+    return (_ce_loss_fake(input, reduction), *ce_host.options_empty_state(input))
+
+
+def _ce_forward_grad_kernel(input, target, probs, weight, ignore_index, label_smoothing, reduction):
+    loss, _, grad = ce_host.options_forward(_ext("cross_entropy"), "fused", input, target, probs, weight,
+                                            ignore_index, label_smoothing, reduction, True)
+    return loss, grad
+
+
+def _ce_forward_grad_fake(input, target, probs, weight, ignore_index, label_smoothing, reduction):
+    return _ce_loss_fake(input, reduction), torch.empty_like(input, memory_format=torch.contiguous_format)
+
+
+def _ce_backward_kernel(input, target, probs, weight, row_max, row_log_sum, row_coef, denominators, grad_loss,
+                        ignore_index, label_smoothing, reduction):
+    return ce_host.options_backward(_ext("cross_entropy"), input, target, probs, weight,
+                                    (row_max, row_log_sum, row_coef, denominators), grad_loss, ignore_index,
+                                    label_smoothing, reduction)
+
+
+def _ce_backward_fake(input, *args):
+    return torch.empty_like(input, memory_format=torch.contiguous_format)
+
+
+ce_forward = _define("nn_cross_entropy_forward", f"({_CE_ARGS}) -> (Tensor, Tensor, Tensor, Tensor, Tensor)",
+                     _ce_forward_kernel, _ce_forward_fake)
+ce_forward_grad = _define("nn_cross_entropy_forward_grad", f"({_CE_ARGS}) -> (Tensor, Tensor)",
+                          _ce_forward_grad_kernel, _ce_forward_grad_fake)
+ce_backward = _define("nn_cross_entropy_backward",
+                      "(Tensor input, Tensor? target, Tensor? probs, Tensor? weight, Tensor row_max, "
+                      "Tensor row_log_sum, Tensor row_coef, Tensor denominators, Tensor grad_loss, int ignore_index, "
+                      "float label_smoothing, int reduction) -> Tensor", _ce_backward_kernel, _ce_backward_fake)
+
+
+def _ce_setup(ctx, inputs, output):
+    input, target, probs, weight, ignore_index, label_smoothing, reduction = inputs
+    ctx.save_for_backward(input, target, probs, weight, *output[1:])
+    ctx.options = (ignore_index, label_smoothing, reduction)
+
+
+def _ce_backward(ctx, grad_loss, *unused_state_grads):
+    input, target, probs, weight, *state = ctx.saved_tensors
+    grad = ce_backward(input, target, probs, weight, *state, grad_loss, *ctx.options) \
+        if ctx.needs_input_grad[0] else None
+    return grad, None, None, None, None, None, None
+
+
+def _ce_setup_grad(ctx, inputs, output):
+    ctx.mark_non_differentiable(output[1])
+    ctx.save_for_backward(output[1])
+    ctx.scaled = False
+
+
+def _ce_backward_scale(ctx, grad_loss, _unused):
+    (grad,) = ctx.saved_tensors
+    return _scale_grad(ctx, "cross_entropy", grad, grad_loss), None, None, None, None, None, None
+
+
+torch.library.register_autograd(ce_forward, _ce_backward, setup_context=_ce_setup, lib=_LIBRARY)
+torch.library.register_autograd(ce_forward_grad, _ce_backward_scale, setup_context=_ce_setup_grad, lib=_LIBRARY)
+
+
+# --- KL divergence ------------------------------------------------------------------------------
+
+def _kl_loss_fake(input, reduction):
+    if reduction == kl_host.REDUCTIONS["none"]:
+        return torch.empty_like(input, memory_format=torch.contiguous_format)
+    return input.new_empty(())
+
+
+def _kl_forward_kernel(input, target, reduction, log_target):
+    return kl_host.options_forward(_ext("kl_div"), "vectorized", input, target, reduction, log_target, False)[0]
+
+
+def _kl_forward_fake(input, target, reduction, log_target):
+    return _kl_loss_fake(input, reduction)
+
+
+def _kl_forward_grad_kernel(input, target, reduction, log_target):
+    return kl_host.options_forward(_ext("kl_div"), "fused", input, target, reduction, log_target, True)
+
+
+def _kl_forward_grad_fake(input, target, reduction, log_target):
+    return _kl_loss_fake(input, reduction), torch.empty_like(input, memory_format=torch.contiguous_format)
+
+
+def _kl_backward_kernel(target, grad_loss, reduction, log_target):
+    return kl_host.options_backward(_ext("kl_div"), target, grad_loss, reduction, log_target)
+
+
+def _kl_backward_fake(target, grad_loss, reduction, log_target):
+    return torch.empty_like(target, memory_format=torch.contiguous_format)
+
+
+_KL_ARGS = "Tensor input, Tensor target, int reduction, bool log_target"
+kl_forward = _define("nn_kl_div_forward", f"({_KL_ARGS}) -> Tensor", _kl_forward_kernel, _kl_forward_fake)
+kl_forward_grad = _define("nn_kl_div_forward_grad", f"({_KL_ARGS}) -> (Tensor, Tensor)", _kl_forward_grad_kernel,
+                          _kl_forward_grad_fake)
+kl_backward = _define("nn_kl_div_backward",
+                      "(Tensor target, Tensor grad_loss, int reduction, bool log_target) -> Tensor",
+                      _kl_backward_kernel, _kl_backward_fake)
+
+
+def _kl_setup(ctx, inputs, output):
+    _, target, reduction, log_target = inputs
+    ctx.save_for_backward(target)
+    ctx.options = (reduction, log_target)
+
+
+def _kl_backward(ctx, grad_loss):
+    (target,) = ctx.saved_tensors
+    grad = kl_backward(target, grad_loss, *ctx.options) if ctx.needs_input_grad[0] else None
+    return grad, None, None, None
+
+
+def _kl_setup_grad(ctx, inputs, output):
+    ctx.mark_non_differentiable(output[1])
+    ctx.save_for_backward(output[1])
+    ctx.scaled = False
+
+
+def _kl_backward_scale(ctx, grad_loss, _unused):
+    (grad,) = ctx.saved_tensors
+    return _scale_grad(ctx, "kl_div", grad, grad_loss), None, None, None
+
+
+torch.library.register_autograd(kl_forward, _kl_backward, setup_context=_kl_setup, lib=_LIBRARY)
+torch.library.register_autograd(kl_forward_grad, _kl_backward_scale, setup_context=_kl_setup_grad, lib=_LIBRARY)
