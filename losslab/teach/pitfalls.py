@@ -117,7 +117,7 @@ PITFALLS = (
             probe="racecheck", cuda=True, simulated_as="coalesce"),
     Pitfall("misaligned_float4", "kl_div", "A misaligned float4 load",
             "vectorized without the scalar head: float4 loads from row starts that are not 16-byte aligned",
-            "the aligned 128 x 4096 passes; at 257 x 4099 row 1 starts 4 bytes off a boundary: "
+            "the aligned 128 x 4096 passes; at 257 x 4099 row 1 starts 12 bytes past a boundary: "
             "'misaligned address', the CUDA context lost",
             caught_by="the child process: the fault is its verdict, the parent's CUDA context stays usable; the "
                       "CPU simulator names the row and line",
@@ -391,7 +391,9 @@ def simulate(key: str):
     if not p.simulated_as:
         raise ValueError(f"pitfall: the CPU simulator cannot show {key!r}; it shows "
                          f"{', '.join(q.key for q in PITFALLS if q.simulated_as)}")
-    return grade_on_cpu(p.simulated_as, p.source)
+    grade = grade_on_cpu(p.simulated_as, p.source)
+    grade.key = f"pitfall {key} (simulated as the {p.simulated_as} exercise)"
+    return grade
 
 
 def run(key: str, sizes: tuple[str, ...] = CHECK_SIZES, edge_cases: bool = True) -> dict:
@@ -617,9 +619,11 @@ def source_lines(key: str) -> str:
 
 
 def describe(key: str) -> str:
-    """A pitfall's title, the mistake, where the checker should catch it, and its wrong line(s)."""
+    """A pitfall's title, the mistake, the symptom predicted, what catches it, and its wrong line(s)."""
     p = get(key)
     code = source_lines(key)
-    body = (f"<p><b>{html.escape(p.title)}</b>: {html.escape(p.mistake)}. Expected symptom: "
-            f"{html.escape(p.symptom)}.</p><pre style='font-size:11px'>{html.escape(code)}</pre>")
-    return Html(body, plain=f"{p.title}: {p.mistake}. Expected symptom: {p.symptom}.\n{code}")
+    body = (f"<p><b>{html.escape(p.title)}</b>: {html.escape(p.mistake)}. Predicted symptom: "
+            f"{html.escape(p.symptom)}. Caught by: {html.escape(p.caught_by)}.</p>"
+            f"<pre style='font-size:11px'>{html.escape(code)}</pre>")
+    return Html(body, plain=f"{p.title}: {p.mistake}. Predicted symptom: {p.symptom}. Caught by: {p.caught_by}."
+                            f"\n{code}")
