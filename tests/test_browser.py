@@ -141,7 +141,8 @@ def test_explorer_widgets_respond(notebook, lab):
     assert "cross_entropy" in second and "kl_div" not in second, second[:500]
     control(page, "select-multiple", "variants").select_option(label=["naive", "vectorized"])
     third = wait_for_new_output(page, second)
-    assert "cross_entropy" in third and "shared_memory" in second and "shared_memory" not in third, third[:500]
-    page.page.locator(".widget-dropdown").first.scroll_into_view_if_needed()
+    # The deselected rungs leave the table and chart captions (a note naming the whole ladder may stay).
+    assert "cross_entropy" in third and third.count("shared_memory") < second.count("shared_memory"), third[:500]
+    page.page.locator(".widget-dropdown").first.evaluate("node => node.scrollIntoView({block: 'start'})")
     page.screenshot(SCREENSHOTS / f"{EXPLORER}.png")
     assert_ran_clean(page, "true", lab)
