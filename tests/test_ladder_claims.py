@@ -106,10 +106,11 @@ CLAIMS = [claim_shared_memory_coalesces, claim_naive_leaves_sms_idle, claim_warp
 
 # --- the newest record ---------------------------------------------------------------------------------
 
-def recorded_profile(problem: str) -> Profile:
-    """The newest record's profile of ``problem`` holding the per-rung counters, or a skip."""
+def recorded_profile(problem: str, results_dir=records.RESULTS_DIR) -> Profile:
+    """The newest record's profile of ``problem`` (under ``results_dir``) holding the per-rung
+    counters, or a skip."""
     try:
-        section = records.latest_section(problem)
+        section = records.latest_section(problem, results_dir=results_dir)
     except LookupError as err:
         pytest.skip(str(err))
     profile = section.ncu
@@ -181,12 +182,19 @@ DOCTORED = {  # claim -> a profile where the rung's fix is absent
 }
 
 
+def _save(profile: Profile, results_dir) -> None:
+    section = records.Section("kl_div", "Fixture GPU", 132, rows=[], ncu=profile)
+    records.save_section("kl_div", section, results_dir, replace=True)
+
+
 @pytest.mark.parametrize("claim", CLAIMS, ids=lambda c: c.__name__.removeprefix("claim_"))
-def test_each_claim_holds_on_the_fixture_and_fails_when_the_fix_is_gone(claim):
-    claim(fixture_profile())
+def test_each_claim_holds_on_a_fixture_record_and_fails_on_a_doctored_one(claim, results_dir):
+    _save(fixture_profile(), results_dir)  # through the record file: what the real test reads
+    claim(recorded_profile("kl_div", results_dir))
     implementation, direction, values = DOCTORED[claim]
+    _save(doctor(fixture_profile(), implementation, direction, **values), results_dir)
     with pytest.raises(AssertionError, match=implementation.split("_")[0]):
-        claim(doctor(fixture_profile(), implementation, direction, **values))
+        claim(recorded_profile("kl_div", results_dir))
 
 
 def test_a_missing_counter_skips_with_ncus_reason():
@@ -196,13 +204,10 @@ def test_a_missing_counter_skips_with_ncus_reason():
         claim_warp_shuffle_drops_the_tree(profile)
 
 
-def test_a_record_without_the_counters_skips_saying_to_re_record(recorded_dir, monkeypatch):
-    monkeypatch.setattr(records, "RESULTS_DIR", recorded_dir)
-    section = records.latest_section("kl_div", results_dir=recorded_dir)
-    section.ncu = Profile("ok", "old", [16384, 16384], records=[Counters("naive", "variant", "forward", 2)])
-    monkeypatch.setattr(records, "latest_section", lambda problem: section)
+def test_a_record_without_the_counters_skips_saying_to_re_record(results_dir):
+    _save(Profile("ok", "old", [16384, 16384], records=[Counters("naive", "variant", "forward", 2)]), results_dir)
     with pytest.raises(pytest.skip.Exception, match="predates the per-rung counters.*gpu_suite.sh"):
-        recorded_profile("kl_div")
+        recorded_profile("kl_div", results_dir)
 
 
 def test_naive_grid_filling_the_device_is_a_skip_not_a_pass():
