@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-BROWSER = "/usr/bin/chromium"
+from browser.notebook import CHROMIUM
 
 
 def _skip_reasons() -> dict[str, str]:
@@ -39,8 +39,8 @@ def _skip_reasons() -> dict[str, str]:
 
 def browser_skip_reason() -> str | None:
     """Why the browser tier cannot run here, or None if it can."""
-    if not os.access(BROWSER, os.X_OK):
-        return f"browser tier skipped: no {BROWSER} (Debian: apt-get install -y chromium; .ci/run does it as root)"
+    if not os.access(CHROMIUM, os.X_OK):
+        return f"browser tier skipped: no {CHROMIUM} (Debian: apt-get install -y chromium; .ci/run does it as root)"
     try:
         import playwright.sync_api  # noqa: F401
     except ImportError:
