@@ -218,17 +218,20 @@ def test_option_launchers_are_bound(problem):
 # --- gpu tier -----------------------------------------------------------------------------------------
 
 def _relative_error(ours: torch.Tensor, ref: torch.Tensor) -> float:
-    ours, ref = ours.double(), ref.double()
+    ours, ref = ours.detach().double(), ref.detach().double()
     both_nan = torch.isnan(ours) & torch.isnan(ref)
     ours, ref = torch.where(both_nan, 0, ours), torch.where(both_nan, 0, ref)
     return float((ours - ref).norm() / ref.norm().clamp_min(1e-30))
 
 
-def _tolerance(dtype: torch.dtype, ref: torch.Tensor) -> float:
-    """float32: 1e-5; 16-bit: the dtype's epsilon plus the rounding of the exact result to it."""
+def _tolerance(dtype: torch.dtype, ref: torch.Tensor, roundings: int = 1) -> float:
+    """float32: 1e-5; 16-bit: the dtype's epsilon plus ``roundings`` times the rounding of the
+    exact result to it (fused rounds its gradient for grad_loss = 1 to the dtype, then scales
+    it by grad_loss and rounds again: two roundings, which matter where the gradient's
+    elements are 16-bit subnormals, e.g. a mean over 37 x 1001 float16 elements)."""
     if dtype == torch.float32:
         return 1e-5
-    return TOLERANCES[dtype][0] + _relative_error(ref.to(dtype), ref)
+    return TOLERANCES[dtype][0] + roundings * _relative_error(ref.to(dtype), ref)
 
 
 CE_CASES = {
@@ -281,7 +284,7 @@ def test_cross_entropy_matches_pytorch_in_float64(monkeypatch, case, dtype, redu
     assert loss.shape == ref.shape and loss.dtype == dtype
     loss.backward(upstream.to(dtype))
     assert _relative_error(loss, ref) <= _tolerance(dtype, ref), f"loss {loss} vs {ref}"
-    assert _relative_error(ours_x.grad, ref_x.grad) <= _tolerance(dtype, ref_x.grad)
+    assert _relative_error(ours_x.grad, ref_x.grad) <= _tolerance(dtype, ref_x.grad, 1 + fused)
     with torch.no_grad():  # inference: vectorized's forward
         inference = LF.cross_entropy(x, t, weight=w, reduction=reduction, **options)
         assert _relative_error(inference, ref) <= _tolerance(dtype, ref)
@@ -336,7 +339,7 @@ def test_kl_div_matches_pytorch_in_float64(monkeypatch, shape, dtype, reduction,
     loss.backward(upstream.to(dtype))
     assert loss.shape == ref.shape and loss.dtype == dtype
     assert _relative_error(loss, ref) <= _tolerance(dtype, ref), f"loss {loss} vs {ref}"
-    assert _relative_error(ours_x.grad, ref_x.grad) <= _tolerance(dtype, ref_x.grad)
+    assert _relative_error(ours_x.grad, ref_x.grad) <= _tolerance(dtype, ref_x.grad, 1 + fused)
 
 
 @pytest.mark.gpu
