@@ -337,3 +337,28 @@ def test_bank_conflicts_show_in_the_ncu_counter(outcomes):
         pytest.skip(f"ncu: {probe}")
     store = pitfalls.BANK_METRICS[1]
     assert probe["pitfall"][store] > 4 * max(probe["reference"][store], 1.0), probe
+
+
+# --- notebook 06's prose --------------------------------------------------------------------------------------
+
+def _notebook_cells():
+    nbformat = pytest.importorskip("nbformat")
+    return nbformat.read(build.ROOT / "notebooks" / "06_pitfalls.ipynb", as_version=4).cells
+
+
+def test_notebook_says_the_high_half_of_ignore_index_is_out_of_range():
+    text = "\n".join(c.source for c in _notebook_cells())
+    assert "every index is still in range" not in text.lower()
+    assert "the high half of `ignore_index` (−100) is −1, **out of range**" in text
+
+
+def test_notebook_explains_the_per_call_overhead_and_queues_work_for_the_sync_probe():
+    section = next(c.source for c in _notebook_cells() if c.source.startswith("## 6."))
+    assert "per-call overhead" in section and "torch.cuda._sleep" in section and "**Predict:**" in section
+
+
+@pytest.mark.parametrize("key", [p.key for p in pitfalls.PITFALLS if p.cuda])
+def test_notebook_predicts_each_cuda_pitfall_before_its_outcome(key):
+    cells = _notebook_cells()
+    shown = next(i for i, c in enumerate(cells) if f'pitfalls.outcome(record, "{key}")' in c.source)
+    assert cells[shown - 1].cell_type == "markdown" and "**Predict:**" in cells[shown - 1].source
