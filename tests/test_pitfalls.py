@@ -362,3 +362,22 @@ def test_notebook_predicts_each_cuda_pitfall_before_its_outcome(key):
     cells = _notebook_cells()
     shown = next(i for i, c in enumerate(cells) if f'pitfalls.outcome(record, "{key}")' in c.source)
     assert cells[shown - 1].cell_type == "markdown" and "**Predict:**" in cells[shown - 1].source
+
+
+def test_recording_a_subset_keeps_the_others_measured_with_the_same_sources(tmp_path, monkeypatch):
+    """The pitfalls can be recorded in several shorter runs (a device's per-command time limit)."""
+    def fake_measure(keys, progress):
+        rec = fixture_record()
+        rec["outcomes"] = {k: {**rec["outcomes"][k], "first_failure": "new"} for k in keys}
+        return rec
+
+    monkeypatch.setattr(pitfalls, "measure", fake_measure)
+    old = fixture_record()
+    path = tmp_path / "fixture-gpu.json"
+    path.write_text(json.dumps(old))
+    _, rec = pitfalls.record(["epsilon"], tmp_path, progress=False)
+    assert rec["outcomes"]["epsilon"]["first_failure"] == "new"
+    assert rec["outcomes"]["wrong_direction"] == old["outcomes"]["wrong_direction"]
+    path.write_text(json.dumps({**old, "sources_sha256": "stale"}))
+    _, rec = pitfalls.record(["epsilon"], tmp_path, progress=False)
+    assert list(rec["outcomes"]) == ["epsilon"]  # other sources: nothing kept

@@ -460,9 +460,17 @@ def measure(keys: list[str] | None = None, progress: bool = True, isolate: bool 
 
 
 def record(keys: list[str] | None = None, results_dir: Path = RECORDS, progress: bool = True) -> tuple[Path, dict]:
-    """:func:`measure`, written to ``<results_dir>/<device>.json``. Returns its path and the record."""
+    """:func:`measure`, written to ``<results_dir>/<device>.json``. Returns its path and the record.
+
+    With ``keys`` (a subset), the other pitfalls' outcomes are kept from the file already there
+    when it was measured with the same sources (same ``sources_sha256``), so the pitfalls can be
+    recorded in several shorter runs; otherwise the file holds only the subset."""
     rec = {**measure(keys, progress), "live": False}
     path = Path(results_dir) / f"{records.device_slug(rec['device'])}.json"
+    if keys and path.exists():
+        old = json.loads(path.read_text())
+        if old.get("sources_sha256") == rec["sources_sha256"]:
+            rec["outcomes"] = {**old.get("outcomes", {}), **rec["outcomes"]}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(rec, indent=1, sort_keys=True) + "\n")
     return path, rec
