@@ -171,27 +171,6 @@ cudaError_t cross_entropy_options_prepare(const int64_t* targets, const float* w
     return cudaGetLastError();
 }
 
-constexpr int REDUCE_THREADS = 1024;
-
-__global__ void __launch_bounds__(REDUCE_THREADS)
-cross_entropy_options_reduce_kernel(const float* __restrict__ row_losses,    // (N,)
-                                    const float* __restrict__ denominators,  // (2,)
-                                    float* __restrict__ loss, int64_t N, int reduction) {
-    float sum = 0.0f;
-    for (int64_t i = threadIdx.x; i < N; i += REDUCE_THREADS) sum += row_losses[i];
-    sum = block_reduce_sum(sum);
-    // mean with every row ignored: 0 / 0 = NaN, as in PyTorch
-    if (threadIdx.x == 0) *loss = reduction == CE_MEAN ? sum / denominators[0] : sum;
-}
-
-cudaError_t cross_entropy_options_reduce(const float* row_losses, const float* denominators, float* loss,
-                                         int64_t N, int reduction, cudaStream_t stream) {
-    if (reduction == CE_NONE) return cudaSuccess;
-    cross_entropy_options_reduce_kernel<<<1, REDUCE_THREADS, 0, stream>>>(row_losses, denominators, loss, N,
-                                                                         reduction);
-    return cudaGetLastError();
-}
-
 template <typename T>
 __global__ void __launch_bounds__(THREADS)
 cross_entropy_options_forward_kernel(const T* __restrict__ logits,         // (N, C)
