@@ -6,8 +6,10 @@ For each problem, shape (128 x 4096, 2048 x 4096), dtype (float32, bfloat16), im
 (the losslab rungs asked for, and torch.compile of the PyTorch definition) and direction
 (forward without autograd, forward + backward), one line:
 
-- host us: how long a call takes to return on the host, ``calls`` calls back to back
-  (Python, dispatch, allocations and launches; the GPU is never waited for);
+- host1 us: how long one call takes to return on the host, each after a synchronisation
+  (Python, dispatch, allocations and launches), the median of ``calls``;
+- host us: the same, ``calls`` calls back to back (more where the kernels take longer than
+  the host and the launch queue fills up);
 - b2b us: GPU time per call, the same calls queued back to back between two events;
 - call us: one call between two events after a synchronisation, the median of ``calls``
   (what a lone call costs end to end: where host time exceeds the kernels', the GPU idles
@@ -40,6 +42,18 @@ def host_us(fn, calls: int) -> float:
     elapsed = time.perf_counter_ns() - start
     torch.cuda.synchronize()
     return elapsed / calls / 1e3
+
+
+def single_call_host_us(fn, calls: int) -> float:
+    """The median host time of one call, each after a synchronisation (the launch queue empty)."""
+    times = []
+    for _ in range(calls):
+        torch.cuda.synchronize()
+        start = time.perf_counter_ns()
+        fn()
+        times.append((time.perf_counter_ns() - start) / 1e3)
+    torch.cuda.synchronize()
+    return statistics.median(times)
 
 
 def back_to_back_us(fn, calls: int) -> float:
@@ -86,13 +100,14 @@ def measure(name, fns, calls):
             fn()
     rows = []
     for direction, fn in zip(("forward", "fwd+bwd"), fns, strict=True):
-        rows.append((name, direction, host_us(fn, calls), back_to_back_us(fn, calls), per_call_us(fn, calls)))
+        rows.append((name, direction, single_call_host_us(fn, calls), host_us(fn, calls), back_to_back_us(fn, calls),
+                     per_call_us(fn, calls)))
     return rows
 
 
 def table(args) -> None:
     print(f"{'problem':14} {'shape':>11} {'dtype':9} {'impl':16} {'direction':9} "
-          f"{'host us':>8} {'b2b us':>8} {'call us':>8}")
+          f"{'host1 us':>8} {'host us':>8} {'b2b us':>8} {'call us':>8}")
     for problem in problems.names():
         spec = problems.get(problem)
         for shape in SHAPES:
@@ -104,12 +119,13 @@ def table(args) -> None:
                 for name, loss_fn in impls:
                     for row in measure(name, calls_of(loss_fn, predictions, targets), args.calls):
                         print(f"{problem:14} {shape[0]:>5}x{shape[1]:<5} {str(dtype)[6:]:9} {row[0]:16} {row[1]:9} "
-                              f"{row[2]:8.1f} {row[3]:8.1f} {row[4]:8.1f}", flush=True)
+                              f"{row[2]:8.1f} {row[3]:8.1f} {row[4]:8.1f} {row[5]:8.1f}", flush=True)
 
 
 def breakdown(calls: int) -> None:
     """Host us of the parts of one forward (kl_div and cross_entropy vectorized, 128 x 4096 fp32)."""
-    print("\nbreakdown of one forward's host time (us per call, 128 x 4096 float32, vectorized)")
+    print("\nbreakdown of one forward's host time (us per call, 128 x 4096 float32, vectorized; "
+          "median of single calls, then back to back)")
     x = torch.empty(128, 4096, device="cuda")
     parts = {
         "torch.empty(128) float32": lambda: torch.empty(128, device="cuda"),
@@ -137,7 +153,7 @@ def breakdown(calls: int) -> None:
     for name, fn in parts.items():
         for _ in range(20):
             fn()
-        print(f"  {name:44} {host_us(fn, calls):7.1f}")
+        print(f"  {name:44} {single_call_host_us(fn, calls):7.1f} {host_us(fn, calls):7.1f}")
 
 
 def main() -> None:

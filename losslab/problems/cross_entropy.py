@@ -210,26 +210,21 @@ def validate_inputs(predictions, targets) -> None:
 STATE_NAMES = ("stats",)  # empty_state's, in order
 
 
-def stats_layout(rows: int) -> tuple[int, int, int, int]:
-    """Where a forward's per-call buffers lie in its one ``stats`` tensor, in float32 elements.
-
-    Returns (counts, row_max, row_log_sum, row_losses) offsets: counts, (2,) int64, at 4
-    (byte 16); then three (N,) float32 arrays, each padded to a multiple of 4 so that each
-    starts on 16 bytes (valid_mean reads row_losses 4 at a time). Element 0 is scratch for
-    the float32 loss, where the loss is returned in another dtype or written into ``out``.
-    One allocation instead of five: at small sizes each ``torch.empty`` is a sizeable part of
-    a call's host time."""
-    padded = (rows + 3) // 4 * 4
-    return 4, 8, 8 + padded, 8 + 2 * padded
+def stats_layout(rows: int) -> tuple[int, int, int]:
+    """Where the backward's state lies in the ``stats`` tensor, as float32 element offsets:
+    (counts, row_max, row_log_sum). counts, (2,) int64, fills elements 0-3; row_max and
+    row_log_sum, (N,) float32 each, follow. Every element is written by a forward (an
+    operator's outputs must be the same each time it runs: opcheck compares them)."""
+    return 0, 4, 4 + rows
 
 
 def empty_state(predictions: torch.Tensor) -> tuple[torch.Tensor]:
-    """What a forward writes for its backward besides the inputs, unwritten: ``stats``, one
-    float32 tensor holding counts (n_valid, number of out-of-range targets; int64), each
-    row's max and log-sum (see :func:`stats_layout`), on the logits' device."""
-    rows = predictions.shape[0]
-    size = stats_layout(rows)[3] + (rows + 3) // 4 * 4
-    return (torch.empty(size, device=predictions.device, dtype=torch.float32),)
+    """What a forward writes for its backward besides the inputs, unwritten: ``stats``,
+    (4 + 2N,) float32 holding counts (n_valid, number of out-of-range targets; int64), each
+    row's max and each row's log-sum (see :func:`stats_layout`), on the logits' device. One
+    tensor, not three: at small sizes each ``torch.empty`` is a sizeable part of a call's
+    host time."""
+    return (torch.empty(4 + 2 * predictions.shape[0], device=predictions.device, dtype=torch.float32),)
 
 
 def forward(ext, launcher: str, write_grad: bool, predictions: torch.Tensor, targets: torch.Tensor,
@@ -251,17 +246,18 @@ def forward(ext, launcher: str, write_grad: bool, predictions: torch.Tensor, tar
     predictions, targets = predictions.contiguous(), targets.contiguous()
     rows, cols = predictions.shape
     (stats,) = empty_state(predictions)
-    counts, row_max, row_log_sum, row_losses = (stats.data_ptr() + 4 * offset for offset in stats_layout(rows))
-    # the kernels write the loss in float32: into its own tensor when that is what is returned,
-    # else into the scratch element 0 of stats, converted or copied from there
-    direct = out is None and predictions.dtype == torch.float32
-    loss = torch.empty((), device=predictions.device, dtype=torch.float32) if direct else stats[0]
+    base = stats.data_ptr()
+    counts, row_max, row_log_sum = (base + 4 * offset for offset in stats_layout(rows))
+    # One scratch allocation: the float32 loss in element 0 (returned as it is, a view, for
+    # float32 logits) and the per-row losses from byte 16 (valid_mean reads them 4 at a time).
+    scratch = torch.empty(4 + rows, device=predictions.device, dtype=torch.float32)
+    loss = scratch[0]
     grad = gradient_buffer(predictions, grad_out) if write_grad else None
     launch(ext.count_targets, predictions.device, targets, counts, rows, cols)
-    launch(getattr(ext, launcher), predictions.device, predictions, targets, counts, row_losses, row_max,
-           row_log_sum, loss, grad, rows, cols, predictions.dtype)
+    launch(getattr(ext, launcher), predictions.device, predictions, targets, counts, scratch.data_ptr() + 16,
+           row_max, row_log_sum, loss, grad, rows, cols, predictions.dtype)
     saved = (predictions, targets, stats) if grad is None else (grad,)
-    if direct:
+    if out is None and predictions.dtype == torch.float32:
         return loss, saved
     return (loss.to(predictions.dtype) if out is None else out.copy_(loss)), saved
 
@@ -280,8 +276,8 @@ def backward(ext, launcher: str, grad_in_forward: bool, saved: Sequence[torch.Te
         predictions = targets = row_max = row_log_sum = counts = None
     else:
         predictions, targets, stats = saved
-        counts, row_max, row_log_sum, _ = (stats.data_ptr() + 4 * offset
-                                           for offset in stats_layout(predictions.shape[0]))
+        base = stats.data_ptr()
+        counts, row_max, row_log_sum = (base + 4 * offset for offset in stats_layout(predictions.shape[0]))
         grad = gradient_buffer(predictions, out)
     grad_loss = grad_loss.to(device=grad.device, dtype=torch.float32).contiguous()
     launch(getattr(ext, launcher), grad.device, predictions, targets, row_max, row_log_sum, counts, grad_loss, grad,

@@ -152,6 +152,8 @@ def forward(ext, launcher: str, write_grad: bool, predictions: torch.Tensor, tar
            rows, cols, predictions.dtype)
     saved = (predictions, targets) if grad is None else (grad,)
     # the kernels accumulate and write the loss in fp32; it is returned in the inputs' dtype
+    if out is None and predictions.dtype == torch.float32:
+        return loss, saved
     return (loss.to(predictions.dtype) if out is None else out.copy_(loss)), saved
 
 
