@@ -257,6 +257,76 @@ def test_bandwidth_chart_linear_without_naive(section):
     assert fig.axes[0].get_yscale() == "linear"
 
 
+SWEEP_TIMES = {  # implementation: (fixed ms per call, GB/s past it): compile leads small, vectorized large
+    "naive": (0.05, 20.0), "shared_memory": (0.03, 400.0), "warp_shuffle": (0.03, 500.0),
+    "vectorized": (0.03, 950.0), "fused": (0.03, 940.0), "eager": (0.02, 600.0), "compile": (0.005, 800.0)}
+
+
+def sweep_section(make_section, device: str = H200) -> records.Section:
+    """The fixture section's float32 rows at three kl_div shapes (the seed among them), timed as a
+    fixed cost plus bytes over a bandwidth (``SWEEP_TIMES``); fused's forward at the seed size at
+    1 us, below the physical floor."""
+    data = make_section(device=device)
+    spec = problems.get("kl_div")
+    rows = []
+    for shape in ((128, 16384), (2048, 16384), spec.sizes["seed"]):
+        for row in data["rows"]:
+            fixed, gbps = SWEEP_TIMES[row["implementation"]]
+            nbytes = spec.cost(shape, row["direction"]).bytes
+            ms = 0.001 if (row["implementation"], row["direction"], shape) == ("fused", "forward", spec.sizes["seed"]) \
+                else fixed + nbytes / gbps / 1e6
+            rows.append({**row, "shape": list(shape), "median_ms": ms, "p10_ms": ms, "p90_ms": ms,
+                         "gbps": nbytes / ms / 1e6, "fraction_of_bandwidth": nbytes / ms / 1e6 / 1000.0})
+    return results.as_section({**data, "problem": "kl_div", "rows": rows})
+
+
+def test_sweep_chart_draws_time_and_bandwidth_against_size_per_implementation(make_section):
+    section = sweep_section(make_section)
+    fig = charts.sweep_chart(section, "float32", "forward")
+    assert isinstance(fig, Figure)
+    time_ax, fraction_ax = fig.axes
+    assert time_ax.get_xscale() == fraction_ax.get_xscale() == time_ax.get_yscale() == "linear"
+    lines = {line.get_label(): line for line in time_ax.get_lines() if not line.get_label().startswith("_")}
+    assert list(lines) == [*problems.get("kl_div").variants, "eager", "compile"]  # ladder order, then the peers
+    megabytes = [16.77722, 268.43546, 2147.483652]
+    for name, line in lines.items():
+        assert list(line.get_xdata()) == pytest.approx(megabytes)
+        assert line.get_linestyle() == ("--" if name in ("eager", "compile") else "-")
+    fixed, gbps = SWEEP_TIMES["vectorized"]
+    assert list(lines["vectorized"].get_ydata()) == pytest.approx([fixed + mb / gbps for mb in megabytes])
+    fractions = [line for line in fraction_ax.get_lines() if len(line.get_xdata()) == 3]
+    assert len(fractions) == len(lines)
+    assert fractions[3].get_ydata()[-1] == pytest.approx(100 * 2147.483652 / (fixed + 2147.483652 / gbps) / 1000)
+    # the point below the physical floor is crossed out in red on both panels and explained
+    for ax in (time_ax, fraction_ax):
+        crosses = [line for line in ax.get_lines() if line.get_marker() == "x"]
+        assert len(crosses) == 1 and crosses[0].get_color() == "tab:red"
+        assert list(crosses[0].get_xdata()) == pytest.approx([2147.483652])
+    title = fig.get_suptitle()
+    assert "kl_div float32 forward" in title and "recorded on NVIDIA H200" in title
+    assert "below the physical floor" in title and "not a result" in title
+    # compile's small fixed cost wins the launch-bound sizes; fused's impossible time never leads
+    assert "fastest: compile 16.8 MB, vectorized 268\u20132,147 MB" in title
+    assert "above the time axis (1.5x the slowest peer): naive (up to 107 ms)" in title
+
+
+def test_sweep_chart_without_a_sweep_says_how_to_record_one(make_section, section):
+    for empty in (None, section, sweep_section(make_section).view()):
+        shown = charts.sweep_chart(empty, "float32", "forward")
+        assert not isinstance(shown, Figure)
+        assert "no sweep recorded yet: run `python -m losslab bench --all --sweep` on a GPU machine" in shown.plain
+    assert "kl_div bfloat16 forward: no sweep" in charts.sweep_chart(sweep_section(make_section), "bfloat16").plain
+    assert charts.sweep_dtypes(sweep_section(make_section)) == ["float32"]
+    assert charts.sweep_dtypes(section) == charts.sweep_dtypes(None) == []
+
+
+def test_sweep_chart_rejects_unknown_names(make_section):
+    with pytest.raises(ValueError, match="direction: expected one of forward, backward, forward_backward"):
+        charts.sweep_chart(sweep_section(make_section), "float32", "sideways")
+    with pytest.raises(ValueError, match="dtype: expected one of"):
+        charts.sweep_chart(sweep_section(make_section), "fp32", "forward")
+
+
 def test_coalescing_figure_counts_lines_and_sectors():
     fig = charts.coalescing_figure(16384)
     titles = [ax.get_title() for ax in fig.axes]
