@@ -229,3 +229,9 @@ def test_vectorize_without_the_head_is_graded_red_and_the_gpu_stays_usable():
     text = "\n".join(grade.lines())
     assert not grade.passed and ("misaligned address" in text or grade.checks is not None), text
     assert torch.ones(4, device="cuda").sum().item() == 4.0
+
+
+def test_the_simulator_knows_every_exercise_and_its_problem():
+    from losslab.teach.simulator import diagnose
+
+    assert {k: t.problem for k, t in diagnose.EXERCISES.items()} == {e.key: e.problem for e in exercises.EXERCISES}

@@ -25,6 +25,7 @@ is fine), and compile errors get hints for common slips.
 from __future__ import annotations
 
 import html
+import importlib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,7 +33,7 @@ from pathlib import Path
 
 import torch
 
-from losslab import build
+from losslab import build, problems
 from losslab.present.html import Html
 from losslab.teach import custom, isolated
 from losslab.teach.custom.evaluation import CHECK_TIMEOUT_S
@@ -246,15 +247,15 @@ class FusedVariant(custom.CustomVariant):
     """A custom variant whose forward writes dL/dp for grad_loss = 1 (the fused rung's contract:
     the forward gets a gradient buffer, the source's backward scales it in place)."""
 
-    def launch_forward(self, inputs, out=None, needs_grad=False, grad_out=None):
-        from losslab.teach.custom.variant import _host
+    def _host(self):
+        """The problem's module whose forward/backward run any rung's launchers (as custom's own)."""
+        return importlib.import_module(type(problems.get(self.problem)).__module__)
 
-        return _host(self.problem).forward(self.module, "custom_forward", True, *inputs, out=out, grad_out=grad_out)
+    def launch_forward(self, inputs, out=None, needs_grad=False, grad_out=None):
+        return self._host().forward(self.module, "custom_forward", True, *inputs, out=out, grad_out=grad_out)
 
     def launch_backward(self, saved, grad_loss, out=None):
-        from losslab.teach.custom.variant import _host
-
-        return _host(self.problem).backward(self.module, "custom_backward", True, saved, grad_loss, out=out)
+        return self._host().backward(self.module, "custom_backward", True, saved, grad_loss, out=out)
 
 
 def fused_checks_in_child(problem: str, name: str, cuda_source: str, root: str, sizes: list[str],

@@ -367,19 +367,11 @@ def _notes(text: ExerciseText, source: str) -> list[str]:
 
 
 def _exercise(key: str) -> ExerciseText:
-    """The text of exercise ``key``: the three kl_div exercises here, any other from the
-    exercise table (losslab.teach.exercises) when its problem has a simulator driver."""
-    if key in EXERCISES:
-        return EXERCISES[key]
-    try:
-        from losslab.teach import exercises
-        problem = exercises.get(key).problem
-    except (ImportError, AttributeError, ValueError):
-        problem = None
-    if problem not in case_lib.PROBLEMS:
-        raise ValueError(f"exercise: the CPU simulator grades {', '.join(EXERCISES)} and the exercises of "
-                         f"{', '.join(case_lib.PROBLEMS)}, got {key!r}")
-    return ExerciseText(problem)
+    """The text of exercise ``key`` (this module's table holds every exercise of
+    ``losslab.teach.exercises``; the simulator does not import it: that module imports this one)."""
+    if key not in EXERCISES:
+        raise ValueError(f"exercise: the CPU simulator grades {', '.join(EXERCISES)}, got {key!r}")
+    return EXERCISES[key]
 
 
 def grade_on_cpu(key: str, source: str | Path | None = None, *, time_limit: float = 10.0) -> CpuGrade:
