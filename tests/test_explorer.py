@@ -1,6 +1,11 @@
 """The explorer (losslab.teach.explorer, notebook 04): filtering the record, measuring only what
-is new, the widget re-rendering in place, and a launch note that states what the kernels do."""
+is new, the widget re-rendering in place, a launch note that states what the kernels do (once),
+the cost model in the chosen dtype, x rung below against the ladder's rung below, Liger's
+near-empty backward explained, and sweeps over sizes (recorded and live)."""
+import dataclasses
+
 import pytest
+import torch
 
 from losslab import build, problems, records
 from losslab.teach import explorer
@@ -12,7 +17,7 @@ def test_explorer_filters_the_record(recorded_dir):
     assert {r.implementation for r in section.rows} == {"naive", "vectorized", "eager", "compile"}
     assert {c.variant for c in section.checks} <= {"naive", "vectorized"}
     items = ex.render(explorer.Selection("kl_div", ("vectorized",), "small"))
-    assert "applies to the cost model only" in items[0].plain and "Launch configuration" in items[0].plain
+    assert "applies to the cost model only" in items[0].plain
     assert "128x4096" in items[1] and len(items) == 5  # note, cost model, table, chart, roofline
 
 
@@ -68,7 +73,12 @@ def test_explorer_widget_rerenders_in_place(recorded_dir, monkeypatch):
     controls["problem"].value = "cross_entropy"  # resets the variants, sizes and dtypes: one render
     assert [s.variants for s in shown] == [("naive",), ("naive", "vectorized"),
                                            problems.get("cross_entropy").variants]
-    assert controls["repeats"].continuous_update is False and box.children[-1].layout.height
+    assert controls["repeats"].continuous_update is False
+    assert box.children[-1].layout.height is None  # sized to its content, not a fixed scroll box
+    launch = [w for w in walk(box) if "Launch configuration" in str(getattr(w, "value", ""))]
+    assert len(launch) == 1  # once, above the outputs
+    controls["sweep sizes"].value = True
+    assert shown[-1].sweep is True
 
 
 def test_block_sizes_are_read_from_the_kernel_files(tmp_path, monkeypatch):
@@ -89,3 +99,169 @@ def test_the_launch_note_names_every_rungs_block_size(problem):
     variants = problems.get(problem).variants
     assert set(explorer.block_sizes(problem, variants)) == set(variants)
     assert "nothing to choose here yet" not in explorer.launch_note(problem, variants)
+
+
+# --- helpers for the tests below ----------------------------------------------------------------------
+
+def _recorded(make_section, problem="kl_div", device="Fixture GPU") -> records.Section:
+    """The fixture section as a typed Section, rows kept as they are (no floor flags from a device)."""
+    data = make_section(problem, device)
+    section = records.Section.from_dict(data, problem)
+    section.source = "recorded"
+    return section
+
+
+def _explorer_on(section: records.Section, **kwargs) -> explorer.Explorer:
+    ex = explorer.Explorer(live=False, **kwargs)
+    ex._recorded[section.problem] = section
+    return ex
+
+
+def _at_shapes(section: records.Section, shapes) -> records.Section:
+    """``section``'s rows copied to each of ``shapes``, times scaled with the elements (a sweep)."""
+    seed = section.rows[0].shape
+    rows = []
+    for shape in shapes:
+        scale = shape[0] * shape[1] / (seed[0] * seed[1])
+        rows += [dataclasses.replace(r, shape=tuple(shape), median_ms=r.median_ms * scale, speedup=dict(r.speedup))
+                 for r in section.rows]
+    return dataclasses.replace(section, rows=rows)
+
+
+def _displayed(monkeypatch) -> list:
+    import IPython.display
+
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", lambda *items: shown.extend(items))
+    return shown
+
+
+# --- the launch note, once ------------------------------------------------------------------------------
+
+def test_the_launch_note_is_shown_once_not_per_render(recorded_dir, monkeypatch):
+    ex = explorer.Explorer(live=False, results_dir=recorded_dir)
+    sel = explorer.Selection("kl_div", ("naive", "vectorized"), "seed")
+    assert not any("Launch configuration" in getattr(i, "plain", "") for i in ex.render(sel))
+    shown = _displayed(monkeypatch)
+    ex.show(sel)
+    assert sum("Launch configuration" in getattr(i, "plain", "") for i in shown) == 1
+    assert "Launch configuration" in shown[0].plain
+
+
+# --- the cost model follows the dtype --------------------------------------------------------------------
+
+def test_the_cost_table_follows_the_dtype_and_the_measured_bandwidth(make_section):
+    ex = _explorer_on(_recorded(make_section))
+    tables = {d: ex.render(explorer.Selection("kl_div", ("vectorized",), "seed", d))[1]
+              for d in ("float32", "bfloat16")}
+    assert "16384x16384 bfloat16" in tables["bfloat16"] and "16384x16384 float32" in tables["float32"]
+    assert "512.00 MiB" in tables["bfloat16"] and "1.00 GiB" in tables["float32"]  # one input, half the bytes
+    assert "floor ms (measured bw)" in tables["bfloat16"] and "read 1000 GB/s" in tables["bfloat16"]
+
+
+# --- x rung below ------------------------------------------------------------------------------------------
+
+def _step_column(table: str, implementation: str, direction: str = "forward") -> str:
+    row = next(r for r in table.split("<tr>") if f"<b>{implementation}</b>" in r and f">{direction}<" in r)
+    return row.split("<td")[-1].split(">", 1)[1].split("<")[0]
+
+
+def test_x_rung_below_is_the_ladders_rung_below_not_the_previous_selection(make_section):
+    """vectorized (1 ms) over warp_shuffle (1 ms) is x1.00, though only naive (100 ms) is selected below it."""
+    ex = _explorer_on(_recorded(make_section))
+    sel = explorer.Selection("kl_div", ("naive", "vectorized"), "seed")
+    table = ex.render(sel)[2]
+    assert _step_column(table, "vectorized") == "1.00" and _step_column(table, "naive") == ""
+    assert "warp_shuffle" not in {r.implementation for r in ex.section(sel).rows}  # looked up, not shown
+
+
+def test_x_rung_below_measures_the_rung_below_live(monkeypatch):
+    calls = _fake_live(monkeypatch)
+    ex = explorer.Explorer(live=True, peers=("eager",))
+    items = ex.render(explorer.Selection("kl_div", ("vectorized",), "small"))
+    assert set(calls) == {"vectorized", "eager", "warp_shuffle"}
+    assert _step_column(items[2], "vectorized") == "3.00"  # warp_shuffle 3 ms / vectorized 1 ms
+
+
+# --- Liger's near-empty backward ---------------------------------------------------------------------------
+
+def test_ligers_near_empty_backward_is_explained_where_it_appears(make_section):
+    section = _recorded(make_section, "cross_entropy")
+    eager = [r for r in section.rows if r.implementation == "eager"]
+    liger = [dataclasses.replace(r, implementation="liger", speedup={}) for r in eager]
+    backward = next(r for r in liger if r.direction == "backward")
+    backward.median_ms, backward.below_floor, backward.floor_note = 0.01, True, "0.010 ms is below the physical floor"
+    ex = _explorer_on(dataclasses.replace(section, rows=section.rows + liger))
+    plain = [getattr(i, "plain", "") for i in ex.render(explorer.Selection("cross_entropy", ("fused",), "seed"))]
+    note = next(p for p in plain if p.startswith("liger backward:"))
+    assert "gradient inside its forward" in note and "0.010 ms is below the physical floor" in note
+    without = _explorer_on(section).render(explorer.Selection("cross_entropy", ("fused",), "seed"))
+    assert not any(getattr(i, "plain", "").startswith("liger backward") for i in without)
+
+
+# --- sweeps over sizes -------------------------------------------------------------------------------------
+
+SHAPES = ((128, 4096), (2048, 16384), (16384, 16384))
+
+
+def test_a_recorded_sweep_plots_time_and_bandwidth_against_size(make_section):
+    ex = _explorer_on(_at_shapes(_recorded(make_section), SHAPES))
+    sel = explorer.Selection("kl_div", ("naive", "vectorized"), "seed", sweep=True)
+    items = ex.render(sel)
+    without = ex.render(dataclasses.replace(sel, sweep=False))
+    figures = items[len(without):]
+    assert len(figures) == 2 and all(hasattr(f, "axes") for f in figures)  # forward, forward_backward
+    assert "forward" in figures[0].get_suptitle() and "forward_backward" in figures[1].get_suptitle()
+    time_ax, fraction_ax = figures[0].axes
+    labels = [line.get_label() for line in time_ax.get_lines() if not line.get_label().startswith("_")]
+    assert labels == ["naive", "vectorized", "eager", "compile"]  # one line per implementation, selected only
+    assert all(len(line.get_xdata()) == len(SHAPES) for line in time_ax.get_lines()[:4])
+    assert {ax.get_xscale() for ax in figures[0].axes} == {ax.get_yscale() for ax in figures[0].axes} == {"linear"}
+    assert "bandwidth" in fraction_ax.get_ylabel()
+
+
+def test_a_sweep_of_a_one_size_record_says_how_to_record_more(make_section):
+    items = _explorer_on(_recorded(make_section)).sweep_items(
+        explorer.Selection("kl_div", ("vectorized",), "seed", sweep=True))
+    assert len(items) == 1 and "at one size only" in items[0].plain and "bench kl_div --sweep" in items[0].plain
+
+
+def _fake_live(monkeypatch) -> list:
+    """records.measure_section replaced by one that returns a made-up row per implementation
+    (warp_shuffle 3 ms, eager 2 ms, the rest 1 ms) and logs the implementation it measured."""
+    import losslab.measure.ceilings
+    from losslab.measure.bench import BenchRow
+
+    calls = []
+    ms_of = {"warp_shuffle": 3.0, "eager": 2.0}
+
+    def fake_measure(problem, size, *, variants, peers, dtypes, **kwargs):
+        name = (variants or list(peers))[0]
+        calls.append(name)
+        ms = ms_of.get(name, 1.0)
+        rows = [BenchRow(problem, name, "peer" if peers else "variant", d, tuple(size), dtypes[0], ms, ms, ms, 3,
+                         1.0, "read", 0.5, 0, 0.0) for d in problems.DIRECTIONS]
+        return records.Section(problem, "Fake GPU", rows=rows, ceilings={"read_gbps": 10.0, "copy_gbps": 10.0},
+                               source="live")
+
+    monkeypatch.setattr(records, "measure_section", fake_measure)
+    monkeypatch.setattr(losslab.measure.ceilings, "measure_ceilings", lambda: {"read_gbps": 10.0, "copy_gbps": 10.0})
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda: (80 * 2**30, 80 * 2**30))
+    return calls
+
+
+def test_a_live_sweep_measures_each_size_once_and_skips_what_a_sweep_skips(monkeypatch):
+    calls = _fake_live(monkeypatch)
+    shapes = ((128, 4096), (2048, 16384), (2048, 131072))
+    ex = explorer.Explorer(live=True, peers=("eager",), sweep_shapes={"kl_div": shapes})
+    sel = explorer.Selection("kl_div", ("naive", "vectorized"), "small", sweep=True)
+    section, skipped = ex.sweep_section(sel)
+    assert sorted(section.shapes) == sorted(shapes) and calls.count("vectorized") == 3 and calls.count("naive") == 2
+    assert [(s.shape, s.implementation) for s in skipped] == [((2048, 131072), "naive")]  # hopeless there
+    measured = ex.measurements
+    items = ex.sweep_items(sel)
+    assert ex.measurements == measured  # cached
+    assert "Left out of the sweep" in items[-1].plain and "2048x131072 naive" in items[-1].plain
+    line = next(ln for ln in section.sweep("float32", "forward") if ln.implementation == "vectorized")
+    assert [p.shape for p in line.points] == list(shapes)

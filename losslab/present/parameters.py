@@ -20,7 +20,7 @@ from losslab.measure.peers import PEERS
 from losslab.present.results import gpu_name, recorded_devices, same_device, shown_path
 
 DTYPES = ("float32", "bfloat16", "float16")
-FLAGS = ("interactive", "profile_with_ncu", "grade_solutions")  # parameters that are True or False
+FLAGS = ("interactive", "profile_with_ncu", "grade_solutions", "sweep")  # parameters that are True or False
 
 
 class ParameterError(ValueError):

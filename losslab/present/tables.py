@@ -133,11 +133,16 @@ def _timing_row(r: BenchRow, below: BenchRow | None, peers: list[str], dated: bo
             + ([html.escape(format_date(r.date))] if dated else []))
 
 
-def timing_table(section: records.Section | dict | None) -> Html:
+def timing_table(section: records.Section | dict | None, rung_below: list[BenchRow] | tuple = ()) -> Html:
     """Times per direction and implementation: median and p10-p90 in ms, achieved GB/s, fraction
     of the measured bandwidth, peak extra MiB, relative error, speedups over the peers and over
     the rung below (and each row's date when the rows come from several runs). Rows below the
-    physical floor are marked (&dagger;) and explained under the table."""
+    physical floor are marked (&dagger;) and explained under the table.
+
+    "x rung below" compares a rung with the one below it in the problem's ladder, looked up in
+    the section's rows and in ``rung_below`` (rows not shown, e.g. a rung the reader did not
+    select); blank when that rung was not timed. A variant outside the ladder (your own) is
+    compared with the variant listed before it."""
     section = as_section(section)
     if section is None:
         return no_results("timing table")
@@ -148,12 +153,18 @@ def timing_table(section: records.Section | dict | None) -> Html:
     head = (["direction", "implementation", "median ms", "p10-p90 ms", "GB/s", "of bandwidth", "extra MiB",
              "rel. error"] + [f"&times; {p}" for p in peers] + ["&times; rung below"] + (["measured"] if dated else []))
     body = []
+    ladder = list(problems.get(section.problem).variants)
     for direction in problems.DIRECTIONS:
-        below = None
+        timed = {r.implementation: r for r in (*rung_below, *rows) if r.direction == direction
+                 and r.kind == "variant" and tuple(r.shape) == tuple(section.primary_shape or ())
+                 and r.dtype == section.primary_dtype}
+        previous = None
         for r in sorted((r for r in rows if r.direction == direction),
                         key=lambda r: implementation_order(section, r.implementation)):
+            rung = ladder.index(r.implementation) if r.implementation in ladder else -1
+            below = previous if rung < 0 else timed.get(ladder[rung - 1]) if rung > 0 else None
             body.append(_timing_row(r, below, peers, dated))
-            below = r if r.kind == "variant" else below
+            previous = r if r.kind == "variant" else previous
     flagged = [f"{r.implementation} {r.direction}: {r.floor_note}" for r in rows if r.below_floor]
     bw = bandwidth_gbps(section)
     shape = "x".join(map(str, section.primary_shape or ()))

@@ -1,17 +1,24 @@
 """The explorer behind ``notebooks/04_explorer.ipynb``: pick a problem, variants, a size and a
-dtype; the cost model, the timing table, the bandwidth chart and the roofline follow.
+dtype; the cost model, the timing table, the bandwidth chart, the roofline and (``sweep``) the
+problem over several sizes follow.
 
     ex = Explorer()                                   # live on a GPU, else the recorded results
     ex.show(Selection("kl_div", ("naive", "vectorized"), "small", "float32"))   # static: papermill
+    ex.show(Selection("kl_div", ("vectorized",), "seed", "bfloat16", sweep=True))  # + time and bandwidth vs size
     ex.widget(Selection("kl_div", ("naive", "vectorized"), "small", "float32")) # JupyterLab
 
 Live, each (problem, implementation, shape, dtype, repeats) is measured once
 (``records.measure_section``, no checks) and cached, so changing the selection measures only
 what is new; the cached sections are combined with speedups across them. Without a GPU the
 explorer filters the newest recorded section: at the selected size if the record holds it,
-else at the record's own size; the cost model is drawn at any size. The block size of each
-rung is fixed in its kernel file, so there is no launch configuration to pick here: the note
-lists each rung's and says where to try another (your own variant, notebook 05).
+else at the record's own size; the cost model is drawn at any size, in the selected dtype.
+"x rung below" compares each selected rung with the rung below it in the ladder, which is
+timed (live) or looked up (recorded) even when it is not selected. A sweep shows every size
+the record holds (``bench --sweep`` rows), or live ``bench.SWEEP_SHAPES``, skipping what a
+sweep skips (``bench.hopeless_reason``, memory), drawn by ``charts.sweep_chart``. The block
+size of each rung is fixed in its kernel file, so there is no launch configuration to pick
+here: the launch note, shown once above the outputs, lists each rung's and says where to try
+another (your own variant, notebook 05).
 """
 from __future__ import annotations
 
@@ -24,11 +31,25 @@ from pathlib import Path
 import torch
 
 from losslab import build, problems, records
+from losslab.measure import bench
 from losslab.measure.peers import PEERS
 from losslab.present import charts, tables
 from losslab.present.html import Html
+from losslab.present.results import bandwidth_gbps, measured_where
 
 _THREADS = re.compile(r"constexpr\s+int\s+THREADS\s*=\s*([^;]+);")
+
+# Peers whose backward row times almost nothing, because their forward already computed the
+# gradient: why, per problem (shown wherever such a row appears).
+GRADIENT_IN_FORWARD = {
+    ("liger", "cross_entropy"): (
+        "Liger's cross_entropy computes the gradient inside its forward kernel (it writes dL/dlogits into the "
+        "logits' own buffer while the row is on chip; Liger-Kernel issue #272), so its backward only scales "
+        "that stored gradient by the upstream gradient, or returns it as it is. Its backward row therefore "
+        "times almost nothing, often less than moving a backward's minimum bytes could take (below the "
+        "physical floor, flagged in the table): it is no backward kernel to compare with. Compare "
+        "forward_backward, where Liger pays for the gradient inside its forward."),
+}
 
 
 def block_sizes(problem: str, variants: tuple[str, ...] | list[str]) -> dict[str, str]:
@@ -54,12 +75,14 @@ def launch_note(problem: str, variants: tuple[str, ...] | list[str]) -> str:
 
 @dataclass(frozen=True)
 class Selection:
-    """What to show: a problem, some of its variants, a size name and a dtype name."""
+    """What to show: a problem, some of its variants, a size name and a dtype name; ``sweep``
+    adds the problem over several sizes (time and fraction of bandwidth against size)."""
 
     problem: str
     variants: tuple[str, ...]
     size: str
     dtype: str = "float32"
+    sweep: bool = False
 
 
 class Explorer:
@@ -70,13 +93,17 @@ class Explorer:
         repeats: timed calls per measurement (live).
         peers: PyTorch peers to time beside the variants (live): some of ``measure.peers.PEERS``.
         device, results_dir: which record to show when not live.
+        sweep_shapes: problem -> the (rows, columns) a live sweep measures (default
+            ``bench.SWEEP_SHAPES``; a recorded sweep shows the sizes the record holds).
     """
 
     def __init__(self, live: bool | None = None, repeats: int = 10, peers: tuple[str, ...] = ("eager",),
-                 device: str | None = None, results_dir: Path | str | None = None):
+                 device: str | None = None, results_dir: Path | str | None = None,
+                 sweep_shapes: dict[str, tuple[tuple[int, int], ...]] | None = None):
         self.live = torch.cuda.is_available() if live is None else live
         self.repeats, self.peers = repeats, tuple(peers)
         self.device, self.results_dir = device, results_dir
+        self.sweep_shapes = dict(bench.SWEEP_SHAPES if sweep_shapes is None else sweep_shapes)
         self.measurements = 0  # how many (implementation, shape, dtype) were measured: the cache's effect
         self._measured: dict[tuple, records.Section] = {}
         self._recorded: dict[str, records.Section | None] = {}
@@ -137,10 +164,59 @@ class Explorer:
         return records.combine([self._measure(sel.problem, impl, shape, sel.dtype)
                                 for impl in (*sel.variants, *self.peers)])
 
+    def rung_below(self, sel: Selection, section: records.Section | None) -> list[records.BenchRow]:
+        """The rows of each selected rung's rung below in the ladder that the selection leaves
+        out, at the section's shape and dtype: what "x rung below" divides by. Live, those rungs
+        are measured (once, cached); a rung below without kernels for the dtype is left out."""
+        if section is None or not section.rows:
+            return []
+        spec = problems.get(sel.problem)
+        ladder = list(spec.variants)
+        below = [ladder[ladder.index(v) - 1] for v in sel.variants if v in ladder and ladder.index(v) > 0]
+        below = [v for v in dict.fromkeys(below) if v not in sel.variants]
+        shape, dtype = tuple(section.rows[0].shape), section.rows[0].dtype
+        if not self.live:
+            return [r for r in self.recorded(sel.problem).select(shape, dtype) if r.implementation in below]
+        below = [v for v in below if getattr(torch, dtype) in spec.dtypes(v)]
+        return [r for v in below for r in self._measure(sel.problem, v, shape, dtype).rows]
+
+    # --- over sizes ---------------------------------------------------------------------------------
+
+    def sweep_section(self, sel: Selection) -> tuple[records.Section | None, list[bench.Skipped]]:
+        """The selected variants and the peers at every size: recorded, every size the record
+        holds; live, each of ``sweep_shapes`` (measured once each, cached), leaving out what a
+        sweep leaves out. Returns the section (None when there is nothing) and what was skipped."""
+        if not self.live:
+            section = self.recorded(sel.problem)
+            if section is None:
+                return None, []
+            rows = [r for r in section.rows if r.kind == "peer" or r.implementation in sel.variants]
+            skipped = [s for s in section.skipped if s.dtype == sel.dtype and s.implementation in (*sel.variants, "*")]
+            return dataclasses.replace(section, rows=rows, checks=[]), skipped
+        spec, dtype = problems.get(sel.problem), getattr(torch, sel.dtype)
+        measured, skipped = [], []
+        for shape in self.sweep_shapes.get(sel.problem, ()):
+            shape = tuple(shape)
+            torch.cuda.empty_cache()
+            needed, (free, _) = bench.sweep_memory_bytes(sel.problem, shape, dtype), torch.cuda.mem_get_info()
+            if needed > free:
+                skipped.append(bench.Skipped(sel.problem, shape, sel.dtype, "*", f"needs about {needed / 1e9:.1f} GB "
+                                             f"of device memory; {free / 1e9:.1f} GB are free"))
+                continue
+            for impl in (*sel.variants, *self.peers):
+                if impl in spec.variants and dtype not in spec.dtypes(impl):
+                    continue
+                if impl in spec.variants and (reason := bench.hopeless_reason(sel.problem, impl, shape)):
+                    skipped.append(bench.Skipped(sel.problem, shape, sel.dtype, impl, reason))
+                    continue
+                measured.append(self._measure(sel.problem, impl, shape, sel.dtype))
+        return (records.combine(measured) if measured else None), skipped
+
     # --- showing it ---------------------------------------------------------------------------------
 
     def note(self, sel: Selection, section: records.Section | None) -> Html:
-        """Where the numbers come from, what of the selection they cover, and the launch note."""
+        """Where the numbers come from and what of the selection they cover (the launch note is
+        shown once, by :meth:`show` and :meth:`widget`, not per render)."""
         spec = problems.get(sel.problem)
         rows, cols = spec.sizes[sel.size]
         parts = []
@@ -162,9 +238,19 @@ class Explorer:
         missing = [v for v in sel.variants if getattr(torch, sel.dtype) not in spec.dtypes(v)]
         if missing:
             parts.append(f"No {sel.dtype} kernels in: {', '.join(missing)}.")
-        parts.append(launch_note(sel.problem, sel.variants))
+        if section is not None and section.rows:
+            parts.append("\u00d7 rung below: each rung's time against the rung below it in the ladder ("
+                         + " \u2192 ".join(spec.variants) + "), timed even where it is not selected.")
         text = " ".join(parts)
         return Html(f"<p>{html.escape(text)}</p>", plain=text)
+
+    def cost_table(self, sel: Selection, section: records.Section | None) -> Html:
+        """The cost model at the selected size in the selected dtype, with the floor at the
+        measured bandwidth of ``section``'s device when there is one."""
+        shape = problems.get(sel.problem).sizes[sel.size]
+        if section is None or not section.ceilings.get("read_gbps"):
+            return tables.cost_table(sel.problem, shape, dtype=sel.dtype)
+        return tables.cost_table(sel.problem, shape, bandwidth_gbps(section), sel.dtype, measured_where(section))
 
     def roofline_figure(self, section: records.Section):
         """The roofline of ``section`` on a Figure made without pyplot (shown once per display)."""
@@ -176,26 +262,51 @@ class Explorer:
         plot_roofline(section, ax=fig.subplots())
         return fig
 
+    def sweep_items(self, sel: Selection, directions: tuple[str, ...] = bench.SWEEP_DIRECTIONS) -> list:
+        """The sweep's outputs: per direction, time and fraction of bandwidth against size
+        (``charts.sweep_chart``: linear axes, one line per implementation), or one line saying
+        why there is none; then what the sweep left out, and why."""
+        section, skipped = self.sweep_section(sel)
+        charts_ = [charts.sweep_chart(section, sel.dtype, d) for d in directions]
+        figures = [c for c in charts_ if not isinstance(c, Html)]
+        if not figures:
+            text = (f"No sweep of {sel.problem} in {sel.dtype} to plot: " + (
+                "the record holds it at one size only" if section is not None and section.rows else "nothing recorded")
+                + f"; record one with `python -m losslab bench {sel.problem} --sweep` on a GPU machine.")
+            figures = [Html(f"<p>{html.escape(text)}</p>", plain=text)]
+        if skipped:
+            lines = [f"{'x'.join(map(str, s.shape))} {s.implementation}: {s.reason}" for s in skipped]
+            figures.append(Html("<p><small>Left out of the sweep:<br>" + "<br>".join(map(html.escape, lines))
+                                + "</small></p>", plain="Left out of the sweep:\n" + "\n".join(lines)))
+        return figures
+
     def render(self, sel: Selection) -> list:
-        """The outputs of a selection, in order: the note, the cost model at the selected size,
-        and (with results) the timing table, the bandwidth chart and the roofline."""
+        """The outputs of a selection, in order: the note, the cost model at the selected size
+        and dtype, and (with results) the timing table, the explanation of a near-empty
+        backward where one appears, the bandwidth chart and the roofline; then the sweep if
+        ``sel.sweep``."""
         section = self.section(sel)
-        shape = problems.get(sel.problem).sizes[sel.size]
-        items = [self.note(sel, section), tables.cost_table(sel.problem, shape, dtype=sel.dtype)]
+        items = [self.note(sel, section), self.cost_table(sel, section)]
         if section is not None and section.rows:
-            items += [tables.timing_table(section), charts.bandwidth_chart(section), self.roofline_figure(section)]
+            items.append(tables.timing_table(section, self.rung_below(sel, section)))
+            items += gradient_in_forward_notes(section.rows)
+            items += [charts.bandwidth_chart(section), self.roofline_figure(section)]
+        if sel.sweep:
+            items += self.sweep_items(sel)
         return items
 
     def show(self, sel: Selection) -> None:
-        """Display :meth:`render`'s outputs: the static path, for papermill."""
+        """Display the launch note once, then :meth:`render`'s outputs: the static path, for papermill."""
         from IPython.display import display
 
+        display(launch_html(sel.problem, problems.get(sel.problem).variants))
         for item in self.render(sel):
             display(item)
 
-    def widget(self, sel: Selection, height: str = "1400px"):
-        """Controls and an output area of fixed ``height``: a change reruns only what is new
-        and replaces the outputs in place (``clear_output(wait=True)``: no flicker)."""
+    def widget(self, sel: Selection):
+        """Controls, the launch note (once, above the outputs) and an output area as tall as its
+        content: a change reruns only what is new and replaces the outputs in place
+        (``clear_output(wait=True)``: no flicker)."""
         import ipywidgets as w
         from IPython.display import display
 
@@ -204,18 +315,18 @@ class Explorer:
         variants_w = w.SelectMultiple(options=spec.variants, value=sel.variants, rows=6, description="variants")
         size_w = w.Dropdown(options=list(spec.sizes), value=sel.size, description="size")
         dtype_w = w.Dropdown(options=self.dtypes(sel.problem), value=sel.dtype, description="dtype")
+        sweep_w = w.Checkbox(value=sel.sweep, description="sweep sizes", indent=False)
         repeats_w = w.IntSlider(value=self.repeats, min=3, max=50, continuous_update=False, description="repeats",
                                 disabled=not self.live)
-        out = w.Output(layout=w.Layout(height=height, overflow="auto"))
-        launch = w.HTML(f"<small>{html.escape(launch_note(sel.problem, spec.variants))}</small>",
-                        layout=w.Layout(width="420px"))
+        out = w.Output()  # no fixed height: the page grows with the outputs instead of a scroll box
+        launch = w.HTML(str(launch_html(sel.problem, spec.variants)), layout=w.Layout(width="420px"))
         updating = {"now": False}
 
         def refresh(_=None):
             if updating["now"]:
                 return
             self.repeats = repeats_w.value
-            current = Selection(problem_w.value, tuple(variants_w.value), size_w.value, dtype_w.value)
+            current = Selection(problem_w.value, tuple(variants_w.value), size_w.value, dtype_w.value, sweep_w.value)
             with out:
                 out.clear_output(wait=True)
                 for item in self.render(current):
@@ -228,12 +339,37 @@ class Explorer:
             size_w.options = list(new.sizes)
             size_w.value = sel.size if sel.size in new.sizes else "small"
             dtype_w.options, dtype_w.value = self.dtypes(new.name), "float32"
-            launch.value = f"<small>{html.escape(launch_note(new.name, new.variants))}</small>"
+            launch.value = str(launch_html(new.name, new.variants))
             updating["now"] = False
             refresh()
 
         problem_w.observe(on_problem, names="value")
-        for control in (variants_w, size_w, dtype_w, repeats_w):
+        for control in (variants_w, size_w, dtype_w, sweep_w, repeats_w):
             control.observe(refresh, names="value")
         refresh()
-        return w.VBox([w.HBox([problem_w, size_w, dtype_w]), w.HBox([variants_w, w.VBox([repeats_w, launch])]), out])
+        return w.VBox([w.HBox([problem_w, size_w, dtype_w, sweep_w]),
+                       w.HBox([variants_w, w.VBox([repeats_w, launch])]), out])
+
+
+def launch_html(problem: str, variants: tuple[str, ...] | list[str]) -> Html:
+    """:func:`launch_note` as a small paragraph."""
+    text = launch_note(problem, variants)
+    return Html(f"<p><small>{html.escape(text)}</small></p>", plain=text)
+
+
+def gradient_in_forward_notes(rows: list[records.BenchRow]) -> list[Html]:
+    """One paragraph per peer among ``rows`` whose backward is near-empty because its forward
+    computes the gradient (:data:`GRADIENT_IN_FORWARD`), with the floor note of its backward row
+    when that row is flagged below the physical floor."""
+    notes = []
+    for peer, problem in dict.fromkeys((r.implementation, r.problem) for r in rows):
+        why = GRADIENT_IN_FORWARD.get((peer, problem))
+        if why is None:
+            continue
+        flagged = [r.floor_note for r in rows if r.implementation == peer and r.direction == "backward"
+                   and r.below_floor]
+        text = why + (f" Here: {flagged[0]}" if flagged else "")
+        notes.append(Html(f"<p><b>{html.escape(peer)} backward.</b> {html.escape(text)}</p>",
+                          plain=f"{peer} backward: {text}"))
+    return notes
+
