@@ -69,8 +69,9 @@ NCU_OUTPUT = "\n".join(["==PROF== Connected to process 1", "loss 0.5", _NCU_HEAD
 
 
 def test_racecheck_and_ncu_outputs_parse():
-    race = pitfalls.parse_racecheck(RACECHECK_OUTPUT)
+    race = pitfalls.parse_racecheck(RACECHECK_OUTPUT, "pitfall_missing_sync_kernel")
     assert race["hazards"] == 1 and race["errors"] == 1 and "Race reported" in race["first"]
+    assert race["kernel_races"] == 1 and pitfalls.parse_racecheck(RACECHECK_OUTPUT, "other_kernel")["kernel_races"] == 0
     assert pitfalls.parse_racecheck("loss 0.5\n========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, "
                                     "0 warnings)")["hazards"] == 0
     values = pitfalls.parse_ncu_metrics(NCU_OUTPUT)
@@ -135,7 +136,7 @@ def test_record_round_trip_and_render(tmp_path):
     table = pitfalls.outcome_table(rec).plain
     assert "3 distinct loss value(s)" in table and "flagged 1 synchronizing call(s)" in table
     assert "the host returns from 10 calls after 20.30 ms" in table
-    assert "pitfall: 1 hazard(s) (1 error(s)); reference: 0 hazard(s)" in table
+    assert "pitfall: 1 race report(s) on its kernel, 1 hazard(s) in the process; reference: 0 race" in table
     assert "pitfall: 229376 store / 12 load conflicts; reference: 0 store / 0 load conflicts" in table
     assert "row 32768 is the first to wrap): the child stopped: cuda_error: an illegal memory" in table
     assert "broken_tail: not recorded yet" in table
@@ -302,13 +303,14 @@ def test_missing_sync_is_a_race_racecheck_finds(outcomes):
     race = o["probe"]["racecheck"]
     if "error" in race:
         pytest.skip(race["error"])
-    assert race["pitfall"]["hazards"] >= 1 and race["reference"]["hazards"] == 0, race
+    assert race["pitfall"]["kernel_races"] >= 1 and race["reference"]["kernel_races"] == 0, race
 
 
 @pytest.mark.gpu
 def test_misaligned_float4_faults_in_the_child_and_the_parent_survives():
     o = pitfalls.run_isolated("misaligned_float4")
-    assert "fault" in o and "misaligned" in o["fault"], o
+    said = o.get("fault", "") + " ".join(c["detail"] for c in o["checks"])
+    assert "misaligned" in said, o
     assert torch.ones(4, device="cuda").sum().item() == 4.0
 
 

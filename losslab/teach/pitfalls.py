@@ -56,6 +56,7 @@ BANK_METRICS = ("l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum",
                 "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum")
 RUN_TIMEOUT_S = 300.0  # one pitfall's build import, checks and probe, in its child process
 TOOL_TIMEOUT_S = 240.0  # one compute-sanitizer or ncu run, or the large-size child
+PROBE_BUDGET_S = {"racecheck": 2 * TOOL_TIMEOUT_S, "bank": 2 * TOOL_TIMEOUT_S, "large": TOOL_TIMEOUT_S}
 
 
 @dataclass(frozen=True)
@@ -294,13 +295,17 @@ def _run_tool(cmd: list[str]) -> tuple[int | None, str]:
     return proc.returncode, proc.stdout + proc.stderr
 
 
-def parse_racecheck(text: str) -> dict:
-    """compute-sanitizer racecheck output -> hazards (errors, warnings) and the first report line."""
+def parse_racecheck(text: str, kernel: str = "") -> dict:
+    """compute-sanitizer racecheck output -> hazards (errors, warnings) over every kernel the process
+    ran, ``kernel_races``: the race reports that name ``kernel`` (PyTorch's own kernels run too),
+    and the first report line."""
+    races = [line for line in text.splitlines() if "Race reported" in line]
     summary = re.search(r"RACECHECK SUMMARY: (\d+) hazards? displayed \((\d+) errors?, (\d+) warnings?\)", text)
     first = next((line.strip("= ").strip() for line in text.splitlines()
                   if "Race reported" in line or "hazard" in line.lower() and "SUMMARY" not in line), "")
     return {"hazards": int(summary[1]) if summary else 0, "errors": int(summary[2]) if summary else 0,
-            "warnings": int(summary[3]) if summary else 0, "summary": summary[0] if summary else "", "first": first}
+            "warnings": int(summary[3]) if summary else 0, "summary": summary[0] if summary else "", "first": first,
+            "kernel_races": sum(kernel in line for line in races) if kernel else len(races)}
 
 
 def _racecheck(key: str, rung: str = "shared_memory") -> dict:
@@ -309,9 +314,11 @@ def _racecheck(key: str, rung: str = "shared_memory") -> dict:
     if sanitizer is None:
         return {"tool": "compute-sanitizer racecheck", "error": "compute-sanitizer not found"}
     out = {"tool": "compute-sanitizer --tool racecheck", "shape": list(RACECHECK_SHAPE)}
-    for label, args in (("pitfall", (key, RACECHECK_SHAPE)), ("reference", (None, RACECHECK_SHAPE, rung))):
+    for label, kernel, args in (("pitfall", f"pitfall_{key}_kernel", (key, RACECHECK_SHAPE)),
+                                ("reference", f"kl_div_{rung}_forward_kernel", (None, RACECHECK_SHAPE, rung))):
         code, text = _run_tool([sanitizer, "--tool", "racecheck", *_python_launch(*args)])
-        out[label] = {"returncode": code, **parse_racecheck(text)} if code is not None else {"error": text}
+        out[label] = ({"returncode": code, "kernel": kernel, **parse_racecheck(text, kernel)} if code is not None
+                      else {"error": text})
     return out
 
 
@@ -432,10 +439,12 @@ def sources_sha256(root: Path | None = None) -> str:
     return records.pitfall_sources_sha256([Path(__file__).resolve(), *sorted((here / "custom").glob("*.py"))], root)
 
 
-def run_isolated(key: str, timeout_s: float = RUN_TIMEOUT_S) -> dict:
-    """:func:`run` in a child process killed after ``timeout_s`` seconds: a pitfall that hangs or
-    faults gives an outcome with ``fault`` (the child's verdict) and no checks, instead of a
-    hung or broken process."""
+def run_isolated(key: str, timeout_s: float | None = None) -> dict:
+    """:func:`run` in a child process killed after ``timeout_s`` seconds (None: ``RUN_TIMEOUT_S``
+    plus the time its probe's tools may take): a pitfall that hangs or faults gives an outcome
+    with ``fault`` (the child's verdict) and no checks, instead of a hung or broken process."""
+    if timeout_s is None:
+        timeout_s = RUN_TIMEOUT_S + PROBE_BUDGET_S.get(get(key).probe, 0.0)
     outcome = isolated.run("losslab.teach.pitfalls:run", {"key": key}, timeout_s)
     if outcome.ok:
         return outcome.value
@@ -528,7 +537,8 @@ def _racecheck_text(probe: dict) -> str:
     for label in ("pitfall", "reference"):
         r = race.get(label, {})
         parts.append(f"{label}: {r['error']}" if "error" in r else
-                     f"{label}: {r.get('hazards', 0)} hazard(s) ({r.get('errors', 0)} error(s))")
+                     f"{label}: {r.get('kernel_races', 0)} race report(s) on its kernel, {r.get('hazards', 0)} "
+                     f"hazard(s) in the process")
     first = race.get("pitfall", {}).get("first", "")
     return f"{_determinism_text(probe)}; racecheck at {'x'.join(map(str, race.get('shape', [])))}: " + \
         "; ".join(parts) + (f"; first: {first}" if first else "")
