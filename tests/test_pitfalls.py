@@ -383,3 +383,17 @@ def test_recording_a_subset_keeps_the_others_measured_with_the_same_sources(tmp_
     path.write_text(json.dumps({**old, "sources_sha256": "stale"}))
     _, rec = pitfalls.record(["epsilon"], tmp_path, progress=False)
     assert list(rec["outcomes"]) == ["epsilon"]  # other sources: nothing kept
+
+
+def test_the_tool_runs_launch_one_forward_by_a_valid_command_line(monkeypatch):
+    """What compute-sanitizer and ncu run: python -c calling launch_once (checked here without a GPU)."""
+    import ast
+
+    calls = []
+    monkeypatch.setattr(pitfalls, "launch_once", lambda *a: calls.append(a))
+    for args in (("missing_sync", (8, 1000)), (None, (8, 1000), "shared_memory")):
+        cmd = pitfalls._python_launch(*args)
+        assert cmd[1] == "-c"
+        ast.parse(cmd[2])
+        exec(cmd[2].split("; ", 1)[1], {"pitfalls": pitfalls})
+    assert calls == [("missing_sync", 8, 1000, None), (None, 8, 1000, "shared_memory")]

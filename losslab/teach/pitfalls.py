@@ -263,7 +263,8 @@ def launch_once(key: str | None, rows: int, cols: int, rung: str | None = None) 
     from losslab.ops import variant as shipped
 
     fn = variant(key) if key else shipped("kl_div", rung)
-    inputs = problems.get(fn.problem).make_inputs((rows, cols), seed=0, device="cuda")
+    problem = get(key).problem if key else "kl_div"
+    inputs = problems.get(problem).make_inputs((rows, cols), seed=0, device="cuda")
     with torch.no_grad():
         loss = float(fn(*inputs))
     torch.cuda.synchronize()
