@@ -1,7 +1,8 @@
 // vectorized: warp_shuffle's structure with 128-bit loads. Each thread issues
 // UNROLL 16-byte loads per tensor before using any of them: four floats (or
-// eight bf16/fp16 values) per instruction and UNROLL loads in flight, where
-// warp_shuffle's scalar loads left too few bytes in flight to saturate HBM.
+// eight bf16/fp16 values) per instruction. It pays where warp_shuffle kept one
+// element per thread in flight (its backward); its forward loop was already
+// unrolled by the compiler into four independent scalar loads, so there it is flat.
 // A scalar head and tail handle rows that do not start or end on a 16-byte
 // boundary (odd D, or a slice with a storage offset).
 #include <algorithm>
