@@ -156,7 +156,7 @@ def test_timed_calls_get_fresh_inputs_and_their_outputs_are_checked():
     seen, answers = [], {}
 
     def stale(predictions, targets):  # honest on the first inputs it sees, then stale
-        seen.append(predictions.sum().item())
+        seen.append(predictions[0, :8].sum().item())  # rows sum to 1: look at a few elements instead
         return answers.setdefault("first", spec.reference(predictions, targets))
 
     buffer = torch.empty((), device="cuda")

@@ -323,7 +323,8 @@ HANG = FULL_SOURCE.replace("    sum = block_reduce_sum(sum);",
                            "    while (*(volatile const float*)t != 2.0f) {}\n    sum = block_reduce_sum(sum);")
 MISALIGNED = FULL_SOURCE.replace(
     "    sum = block_reduce_sum(sum);",
-    "    sum += reinterpret_cast<const float4*>(p + 1)[threadIdx.x].x;  // p + 1: never 16-byte aligned\n"
+    "    { const float4 v = reinterpret_cast<const float4*>(p + 1)[threadIdx.x];  // p + 1: never 16-byte aligned\n"
+    "      sum += v.x + v.y + v.z + v.w; }  // all four lanes used: one 16-byte load\n"
     "    sum = block_reduce_sum(sum);")
 
 

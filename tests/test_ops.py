@@ -237,10 +237,10 @@ def test_the_host_returns_before_the_kernels_end(problem, variant):
     assert leaf.grad is not None and loss.isfinite()
 
 
-# A forward call's host time, the median of single calls, on the H100 machine of the last GPU run
-# (where torch.empty took 4.4 us and one launch() of two kernels 14): kl_div 20-21 us,
-# cross_entropy 45-46 (three kernels, two allocations). Bounds with a margin for a busier host.
-HOST_US_BOUND = {"kl_div": 30.0, "cross_entropy": 60.0}
+# A forward call's host time, the median of single calls, measured on two H100 machines: kl_div
+# 18-21 us on one, 31-32 on another (where torch.empty took 4.4 us and one launch() of two kernels
+# 14); cross_entropy 45-46 (three kernels, two allocations). Bounds with a margin for the slower host.
+HOST_US_BOUND = {"kl_div": 40.0, "cross_entropy": 60.0}
 
 
 @pytest.mark.gpu

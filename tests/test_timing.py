@@ -35,7 +35,9 @@ def test_per_call_back_to_back_and_host_times_are_measured():
 
 
 @pytest.mark.gpu
-def test_host_time_sees_a_host_side_wait_the_gpu_does_not():
+def test_a_host_side_wait_shows_in_the_time_per_call():
+    """A call whose host work keeps the GPU idle is slow per call, not only on the host: the
+    per-call time is what exposes an implementation that waits on the host."""
     x = torch.rand(1024, device="cuda")
 
     def slow_host():
@@ -43,7 +45,7 @@ def test_host_time_sees_a_host_side_wait_the_gpu_does_not():
         return x.sum()
 
     t = timing.time_cuda(slow_host, repeats=5, warmup_ms=1.0)
-    assert t.host_ms >= 2.0 and t.median_ms < 1.0
+    assert t.host_ms >= 2.0 and t.median_ms >= 1.9
 
 
 @pytest.mark.gpu

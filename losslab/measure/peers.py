@@ -54,7 +54,10 @@ def peer_implementations(problem: str, peers=PEERS) -> dict[str, Callable]:
         if name == "eager":
             impls[name] = spec.reference
         elif name == "compile":
-            impls[name] = torch.compile(spec.reference)
+            # compiled for this call's shapes, as a user with fixed shapes gets it: without the reset,
+            # dynamo would recompile the reference with dynamic shapes after the first size of a sweep
+            torch._dynamo.reset()
+            impls[name] = torch.compile(spec.reference, dynamic=False)
         elif (liger := liger_peer(problem)) is not None:
             impls[name] = liger
     return impls

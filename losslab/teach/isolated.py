@@ -78,7 +78,9 @@ def cuda_hint(text: str) -> str:
 def _is_cuda_error(err: BaseException) -> bool:
     import torch
 
-    return isinstance(err, getattr(torch, "AcceleratorError", ())) or "CUDA error" in str(err)
+    # the launchers report a fault as a RuntimeError with the CUDA error's text ("... misaligned address")
+    text = str(err)
+    return isinstance(err, getattr(torch, "AcceleratorError", ())) or "CUDA error" in text or bool(cuda_hint(text))
 
 
 def _env(pythonpath: tuple[str, ...]) -> dict[str, str]:
