@@ -232,6 +232,8 @@ class Grade:
             head = "what is wrong (CPU simulator)" if self.on_gpu else \
                 f"CPU simulator: {'all cases pass' if self.simulated else 'wrong'}"
             out += [f"  {head}:", *(f"    {m}" for m in self.diagnosis)]
+        elif self.diagnosis:  # why the simulator could not run
+            out += [f"  {m}" for m in self.diagnosis]
         verdict = "GREEN: done" if self.passed else "not graded yet" if self.waiting else "RED: not yet"
         if self.passed and not self.on_gpu:
             verdict += " (on the CPU simulator; a GPU grade also runs it on the hardware)"

@@ -47,7 +47,9 @@
 #define __device__
 #define __host__
 #define __forceinline__ inline
-#define __noinline__ __attribute__((noinline))
+// empty, not __attribute__((noinline)): this header is included before the C++ headers, and
+// libstdc++ 13 writes __attribute__((__noinline__)) itself, which the macro would break
+#define __noinline__
 #define __launch_bounds__(...)
 #define __align__(n) alignas(n)
 #define __shared__ static
