@@ -129,12 +129,12 @@ def test_evaluate_rejects_bad_arguments(tmp_path):
 
 def test_path_errors_name_the_argument_before_anything_runs(tmp_path, monkeypatch):
     """The CLI prints these as one line: nothing may be spawned first."""
-    import losslab.kernelbench.evaluate as evaluation
+    from losslab import child_process
 
     def spawn(*args, **kwargs):
         raise AssertionError("a child was started")
 
-    monkeypatch.setattr(evaluation.subprocess, "Popen", spawn)
+    monkeypatch.setattr(child_process.subprocess, "Popen", spawn)
     good = write_solution(tmp_path, "good", SOLUTIONS["good"])
     with pytest.raises(FileNotFoundError, match=r"^solution_path: no file .*missing\.py"):
         evaluate(tmp_path / "missing.py", "kl_div", device="cpu")

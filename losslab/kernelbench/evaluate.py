@@ -47,14 +47,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 from losslab import problems
+from losslab.child_process import run_killable
 from losslab.kernelbench.verdict import ADVICE, STATUSES, Verdict, judge_timing, speed_of_light
 from losslab.measure.timing import FLUSH_BYTES
 
@@ -153,19 +152,8 @@ def run_child(config: dict, work: Path, build_dir: Path, timeout_s: float) -> tu
     result_path = Path(config["result"])
     (work / "config.json").write_text(json.dumps(config))
     with open(work / "stdout.txt", "wb") as out, open(work / "stderr.txt", "wb") as err:
-        child = subprocess.Popen([sys.executable, "-m", "losslab.kernelbench.child", str(work / "config.json")],
-                                 cwd=work, env=_child_env(build_dir), stdin=subprocess.DEVNULL,
-                                 stdout=out, stderr=err, start_new_session=True)
-        try:
-            returncode = child.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            returncode = None
-        finally:
-            try:
-                os.killpg(child.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            child.wait()
+        returncode = run_killable([sys.executable, "-m", "losslab.kernelbench.child", str(work / "config.json")],
+                                  cwd=work, env=_child_env(build_dir), stdout=out, stderr=err, timeout_s=timeout_s)
     stderr = (work / "stderr.txt").read_bytes().decode(errors="replace")
     try:
         result = json.loads(result_path.read_text())

@@ -20,14 +20,14 @@ from __future__ import annotations
 import importlib
 import json
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
+
+from losslab.child_process import run_killable
 
 STATUSES = ("ok", "raised", "cuda_error", "timed_out", "crashed")
 # What the usual CUDA faults of a hand-written kernel mean (matched in the error's text).
@@ -117,19 +117,9 @@ def run(target: str, kwargs: dict | None = None, timeout_s: float = 120.0, *,
         except TypeError as err:
             raise ValueError(f"kwargs: expected JSON values: {err}") from None
         with open(work / "stderr.txt", "wb") as err:
-            child = subprocess.Popen([sys.executable, "-m", "losslab.teach.isolated", str(config)], cwd=work,
-                                     env=_env(pythonpath), stdin=subprocess.DEVNULL, stdout=err, stderr=err,
-                                     start_new_session=True)
-            try:
-                returncode, timed_out = child.wait(timeout=timeout_s), False
-            except subprocess.TimeoutExpired:
-                returncode, timed_out = None, True
-            finally:  # the child's whole group (ninja, nvcc, anything it started), by its id
-                try:
-                    os.killpg(child.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                child.wait()
+            returncode = run_killable([sys.executable, "-m", "losslab.teach.isolated", str(config)], cwd=work,
+                                      env=_env(pythonpath), stdout=err, stderr=err, timeout_s=timeout_s)
+            timed_out = returncode is None
         stderr = (work / "stderr.txt").read_bytes().decode(errors="replace")
         try:
             result = json.loads(result_path.read_text())
