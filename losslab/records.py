@@ -48,6 +48,7 @@ import hashlib
 import inspect
 import json
 import re
+import sys
 from collections.abc import Sequence
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
@@ -71,7 +72,7 @@ from losslab.measure.bench import (
 from losslab.measure.ceilings import measure_ceilings
 from losslab.measure.check import CheckResult, check_problem
 from losslab.measure.ncu import Counters, Profile, profile_problem
-from losslab.measure.peers import PEERS
+from losslab.measure.peers import PEERS, missing_peers
 
 __all__ = ["RESULTS_DIR", "SCHEMA", "DTYPES", "BenchRow", "CheckResult", "Counters", "Profile", "Record",
            "RecordError", "Section", "Skipped", "SweepLine", "SweepPoint", "measure_sweep",
@@ -175,8 +176,9 @@ class Section:
 
     ``ceilings``: what ``ceilings.measure_ceilings`` returned in the newest run ({} if none);
     ``ncu``: the newest ``ncu.profile_problem`` result (a typed ``measure.ncu.Profile``), or None;
-    ``skipped``: the (shape, dtype, implementation) a sweep left out, each with its reason
-    (:class:`Skipped`); a measured row of the same key removes its entry.
+    ``skipped``: the (shape, dtype, implementation) a sweep or bench left out (a hopeless rung, a
+    peer that cannot run there), each with its reason (:class:`Skipped`); a measured row of the same
+    key removes its entry.
     """
 
     problem: str
@@ -593,6 +595,14 @@ def _shape(problem: str, size) -> tuple[int, int]:
     return tuple(size)
 
 
+def _missing_peers(problem: str, peers: Sequence[str], progress: bool) -> dict[str, str]:
+    """``peers.missing_peers``, each reason printed once (to stderr) when ``progress``."""
+    missing = missing_peers(problem, peers)
+    for peer, why in missing.items() if progress else ():
+        print(f"{problem}: {peer} not timed: {why}", file=sys.stderr, flush=True)
+    return missing
+
+
 def measure_section(problem: str, size="seed", variants: list | None = None, *, peers: Sequence[str] = PEERS,
                     dtypes: Sequence[str] = ("float32",), repeats: int = 20, check: bool = True,
                     check_sizes: Sequence[str] | None = None, check_variants: list | None = None,
@@ -603,8 +613,9 @@ def measure_section(problem: str, size="seed", variants: list | None = None, *, 
     Args:
         size: a size name of the problem or a (rows, columns) pair: the bench's shape.
         variants: rung names or variant objects (default the whole ladder); [] times peers only.
-        peers: of ``measure.peers.PEERS``; dtypes: of :data:`DTYPES` (a dtype no variant takes is
-            skipped unless ``variants`` is []).
+        peers: of ``measure.peers.PEERS``; one that cannot run here (``peers.missing_peers``) is a
+            :class:`Skipped` in ``section.skipped`` at each dtype, its reason printed once.
+        dtypes: of :data:`DTYPES` (a dtype no variant takes is skipped unless ``variants`` is []).
         repeats: timed calls per (implementation, direction).
         check: run the float64 checks first: ``check_variants`` (default ``variants``) at
             ``check_sizes`` (default all of the problem's sizes), and the edge cases if ``edge_cases``.
@@ -630,20 +641,21 @@ def measure_section(problem: str, size="seed", variants: list | None = None, *, 
         checks = check_problem(problem, check_variants if check_variants is not None else variants,
                                list(check_sizes) if check_sizes else None, edge_cases=edge_cases, progress=progress)
     timed = spec.variants if variants is None else variants
-    rows = []
+    rows, skipped, missing = [], [], _missing_peers(problem, peers, progress)
     for name in dtypes:
         dtype = getattr(torch, name)
         if timed and not any(dtype in (spec.dtypes(v) if isinstance(v, str) else v.dtypes) for v in timed):
             continue
         rows += bench_problem(problem, shape, variants, peers=tuple(peers), repeats=repeats,
                               bandwidth=bandwidth, progress=progress, dtype=dtype)
+        skipped += [Skipped(problem, shape, name, peer, why) for peer, why in missing.items()]
     stamp = run_provenance(problem)
-    for item in (*rows, *checks):
+    for item in (*rows, *checks, *skipped):
         for key in ("date", "torch", "cuda", "sources_sha256"):
             if hasattr(item, key):
                 setattr(item, key, stamp[key])
     section = Section(problem, stamp["device"], stamp["multiprocessors"], stamp["memory_bytes"],
-                      stamp["compute_capability"], rows, checks, ceilings, None, "live")
+                      stamp["compute_capability"], rows, checks, ceilings, None, "live", skipped)
     if ncu:
         section.ncu = profile_problem(problem, shape, [v for v in timed if isinstance(v, str)], tuple(peers))
     return section
@@ -661,9 +673,10 @@ def measure_sweep(problem: str, shapes: Sequence[tuple[int, int]] | None = None,
     against float64). Fewer repeats at large shapes (``bench.sweep_repeats``). A rung hopeless
     at a shape (``bench.hopeless_reason``) and a shape whose inputs would not fit in the free
     device memory are left out, each as a :class:`Skipped` with its reason in
-    ``section.skipped``. Plot the result with :meth:`Section.sweep`. The torch.compile peer
-    compiles once per dtype and then, as torch.compile does by default when a shape changes,
-    once more with dynamic shapes: the code a training loop of varying sizes gets.
+    ``section.skipped``, as is a peer that cannot run here (its reason printed once). Plot the
+    result with :meth:`Section.sweep`. The torch.compile peer compiles once per dtype and then, as
+    torch.compile does by default when a shape changes, once more with dynamic shapes: the code a
+    training loop of varying sizes gets.
 
     Args:
         shapes: (rows, columns) pairs; default ``bench.SWEEP_SHAPES[problem]``.
@@ -683,7 +696,7 @@ def measure_sweep(problem: str, shapes: Sequence[tuple[int, int]] | None = None,
         raise ValueError(f"repeats: expected at least 1, got {repeats}")
     ceilings = ceilings or measure_ceilings()
     bandwidth = {"read": ceilings["read_gbps"], "copy": ceilings["copy_gbps"]}
-    rows, skipped = [], []
+    rows, skipped, missing = [], [], _missing_peers(problem, peers, progress)
     for name in dtypes:
         dtype = getattr(torch, name)
         for shape in shapes:
@@ -699,6 +712,7 @@ def measure_sweep(problem: str, shapes: Sequence[tuple[int, int]] | None = None,
                 if reason := hopeless_reason(problem, v, shape):
                     skipped.append(Skipped(problem, shape, name, v, reason))
             variants = [v for v in variants if not hopeless_reason(problem, v, shape)]
+            skipped += [Skipped(problem, shape, name, peer, why) for peer, why in missing.items()]
             rows += bench_problem(problem, shape, variants, peers=tuple(peers),
                                   repeats=sweep_repeats(problem, shape, dtype, repeats), bandwidth=bandwidth,
                                   progress=progress, dtype=dtype, directions=tuple(directions))

@@ -5,6 +5,8 @@
 # (launch-bound to LLM-sized, fp32 and bf16, about 3-4 minutes on an H100), the ladder's claims
 # checked against the new counters, and the pitfalls record reports/results/pitfalls/<device>.json.
 # Full logs and the records go to $OUT (default: ./gpu-out); the short tables print last.
+# Peers: eager, torch.compile, and Liger-Kernel and quack where they can run (quack: scripts/quack_install.sh,
+# then its PYTHONPATH export); a peer that cannot run prints why once per problem and stage.
 # STAGES picks stages (default "tests bench sweep claims pitfalls"), so the suite can run as several
 # shorter calls on one warm machine (each stage adds to the record the earlier ones wrote).
 # BENCH_ARGS replaces the bench options (default "--replace --dtypes float32,bfloat16,float16 --ncu":

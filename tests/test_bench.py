@@ -45,7 +45,7 @@ def test_speedups_compare_only_rows_of_the_same_shape_dtype_and_direction():
 def test_unknown_peers_are_named():
     from losslab.measure import peers
 
-    with pytest.raises(ValueError, match="peers: unknown peer 'numpy'; expected some of eager, compile, liger"):
+    with pytest.raises(ValueError, match="peers: unknown peer 'numpy'; expected some of eager, compile, liger, quack"):
         peers.check_peer_names(["eager", "numpy"])
 
 
@@ -98,3 +98,11 @@ def test_the_sweep_table_has_a_column_per_shape_and_lists_what_was_skipped():
     eager = next(line for line in text.splitlines() if line.startswith("eager"))
     assert eager.split()[1] == "-"  # not timed at 128 rows
     assert text.endswith("skipped naive at 4096x131072 float32: hopeless here")
+
+
+def test_the_sweep_table_names_a_missing_peer_once_for_all_its_shapes_and_dtypes():
+    skipped = [bench.Skipped("cross_entropy", shape, dtype, "quack", "not installed")
+               for dtype in ("float32", "bfloat16") for shape in ((128, 4096), SEED)]
+    text = bench.sweep_table_text([_row(shape=SEED, direction="forward")], skipped)
+    assert text.endswith("\nskipped quack at 128x4096, 32768x4096 float32/bfloat16: not installed")
+    assert text.count("not installed") == 1

@@ -188,6 +188,15 @@ def test_timing_table_has_the_columns_and_says_where(section):
     assert tables.FLAG not in table  # no datasheet for the fixture device: nothing flagged
 
 
+def test_timing_table_says_why_a_peer_was_not_timed_at_its_shape_and_dtype(section):
+    shape = section.primary_shape
+    section.skipped = [records.Skipped("kl_div", shape, "float32", "quack", "quack-kernels has no kl_div"),
+                       records.Skipped("kl_div", shape, "bfloat16", "liger", "not at this dtype")]
+    table = tables.timing_table(section)
+    assert "quack not timed: quack-kernels has no kl_div" in table and "liger" not in table
+    assert "\n* quack not timed: quack-kernels has no kl_div" in table.plain
+
+
 def test_ceilings_table_names_device_and_datasheet(make_section):
     table = tables.ceilings_table(results.as_section({**make_section(device=H200), "problem": "kl_div"}))
     assert "read bandwidth" in table and "1,000.0" in table and "4,800.0" in table  # measured, datasheet

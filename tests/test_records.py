@@ -347,6 +347,17 @@ def test_measure_section_stamps_rows_and_checks_and_reads_back_fresh(results_dir
 
 
 @pytest.mark.gpu
+def test_a_peer_that_cannot_run_is_skipped_with_its_reason_printed_once(capsys):
+    section = records.measure_section("kl_div", "small", [], peers=("eager", "quack"), dtypes=("float32", "bfloat16"),
+                                      repeats=3, check=False, ceilings={"read_gbps": 1e3, "copy_gbps": 1e3})
+    assert {r.implementation for r in section.rows} == {"eager"}
+    assert [(s.implementation, s.dtype) for s in section.skipped] == [("quack", "float32"), ("quack", "bfloat16")]
+    assert all(s.reason == "quack-kernels has no kl_div (of the losses here it has cross_entropy only)" and s.date
+               for s in section.skipped)
+    assert capsys.readouterr().err.count("kl_div: quack not timed: quack-kernels has no kl_div") == 1
+
+
+@pytest.mark.gpu
 def test_measure_sweep_times_forward_and_forward_backward_at_each_shape(results_dir):
     section = records.measure_sweep("kl_div", [(128, 4096), (64, 20000)], dtypes=("float32", "bfloat16"),
                                     peers=("eager",), repeats=3, progress=False)

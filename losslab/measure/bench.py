@@ -1,4 +1,4 @@
-"""Timing every variant and the peers (PyTorch eager, torch.compile, Liger) on the same inputs.
+"""Timing every variant and the peers (PyTorch eager, torch.compile, Liger, quack) on the same inputs.
 
 Each (implementation, direction) is timed by ``timing.time_cuda``: per call with L2 flushed
 (median and 10th-90th percentiles), back to back, and on the host. Achieved bandwidth is the
@@ -89,8 +89,9 @@ class BenchRow:
 
 @dataclass
 class Skipped:
-    """An implementation a sweep left out at one shape and dtype, and why (e.g. hopeless there,
-    or the inputs do not fit in the device's memory: then ``implementation`` is "*")."""
+    """An implementation a sweep or bench left out at one shape and dtype, and why (e.g. hopeless
+    there, a peer that cannot run here, or the inputs do not fit in the device's memory: then
+    ``implementation`` is "*")."""
 
     problem: str
     shape: tuple[int, ...]
@@ -285,7 +286,8 @@ def bench_table_text(rows: list[BenchRow]) -> str:
 
 def sweep_table_text(rows: list[BenchRow], skipped: list[Skipped] = ()) -> str:
     """Fixed-width text table of sweep rows: per dtype and direction, one line per implementation
-    with its median ms per call (and fraction of bandwidth) at each shape; then what was skipped."""
+    with its median ms per call (and fraction of bandwidth) at each shape; then what was skipped,
+    one line per implementation and reason (a missing peer: one line for all its shapes and dtypes)."""
     shapes = sorted({tuple(r.shape) for r in rows}, key=lambda s: (s[0] * s[1], s))
     label = lambda s: f"{s[0]}x{s[1]}"
     lines = []
@@ -298,5 +300,10 @@ def sweep_table_text(rows: list[BenchRow], skipped: list[Skipped] = ()) -> str:
                 cells = {tuple(r.shape): f"{r.median_ms:.3f} ({r.fraction_of_bandwidth:.0%})"
                          for r in chosen if r.implementation == name}
                 lines.append(f"{name:<14}" + "".join(f" {cells.get(s, '-'):>17}" for s in shapes))
-    lines += [f"skipped {s.implementation} at {label(s.shape)} {s.dtype}: {s.reason}" for s in skipped]
+    groups: dict[tuple[str, str], list[Skipped]] = {}
+    for s in skipped:
+        groups.setdefault((s.implementation, s.reason), []).append(s)
+    for (name, reason), group in groups.items():
+        where = ", ".join(dict.fromkeys(label(s.shape) for s in group))
+        lines.append(f"skipped {name} at {where} {'/'.join(dict.fromkeys(s.dtype for s in group))}: {reason}")
     return "\n".join(lines)

@@ -137,7 +137,8 @@ def timing_table(section: records.Section | dict | None, rung_below: list[BenchR
     """Times per direction and implementation: median and p10-p90 in ms, achieved GB/s, fraction
     of the measured bandwidth, peak extra MiB, relative error, speedups over the peers and over
     the rung below (and each row's date when the rows come from several runs). Rows below the
-    physical floor are marked (&dagger;) and explained under the table.
+    physical floor are marked (&dagger;) and explained under the table, and what the record left
+    out at that shape and dtype (e.g. a peer that could not run there) is named with its reason.
 
     "x rung below" compares a rung with the one below it in the problem's ladder, looked up in
     the section's rows and in ``rung_below`` (rows not shown, e.g. a rung the reader did not
@@ -166,6 +167,8 @@ def timing_table(section: records.Section | dict | None, rung_below: list[BenchR
             body.append(_timing_row(r, below, peers, dated))
             previous = r if r.kind == "variant" else previous
     flagged = [f"{r.implementation} {r.direction}: {r.floor_note}" for r in rows if r.below_floor]
+    absent = [f"{s.implementation} not timed: {s.reason}" for s in section.skipped
+              if tuple(s.shape) == tuple(section.primary_shape or ()) and s.dtype == section.primary_dtype]
     bw = bandwidth_gbps(section)
     shape = "x".join(map(str, section.primary_shape or ()))
     caption = (f"{section.problem} {shape} {section.primary_dtype}, {html.escape(measured_where(section))}: median "
@@ -173,7 +176,8 @@ def timing_table(section: records.Section | dict | None, rung_below: list[BenchR
                f"bytes / median time; measured bandwidth: read {bw['read']:.0f} GB/s, copy {bw['copy']:.0f} GB/s. "
                "Peers in italics.")
     notes = "".join(f'<p style="color:{BAD}">{FLAG} {html.escape(f)}</p>' for f in flagged)
-    plain = f"timing table of {section.problem} ({len(rows)} rows)" + "".join(f"\n* {f}" for f in flagged)
+    notes += "".join(f"<p><small>{html.escape(a)}</small></p>" for a in absent)
+    plain = f"timing table of {section.problem} ({len(rows)} rows)" + "".join(f"\n* {f}" for f in (*flagged, *absent))
     return Html(table(head, body, caption, text_columns=2) + notes, plain=plain)
 
 
