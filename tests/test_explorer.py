@@ -18,13 +18,14 @@ def test_explorer_filters_the_record(recorded_dir):
     assert {c.variant for c in section.checks} <= {"naive", "vectorized"}
     items = ex.render(explorer.Selection("kl_div", ("vectorized",), "small"))
     assert "applies to the cost model only" in items[0].plain
-    assert "128x4096" in items[1] and len(items) == 5  # note, cost model, table, chart, roofline
+    assert "128x4096" in items[1] and len(items) == 9  # note, cost model, table, chart, roofline, knobs, counters x3
 
 
 def test_explorer_without_record_shows_the_model_only(results_dir):
     items = explorer.Explorer(live=False, results_dir=results_dir).render(explorer.Selection("kl_div", ("naive",),
                                                                                              "odd"))
-    assert "only the cost model" in items[0].plain and len(items) == 2
+    assert "only the cost model" in items[0].plain and len(items) == 6  # note, cost model, knobs, counters x3
+    assert "No record to compare with" in items[2].plain and "no counters" in items[4].plain
 
 
 def test_explorer_measures_only_what_is_new(monkeypatch):
@@ -83,14 +84,18 @@ def test_explorer_widget_rerenders_in_place(recorded_dir, monkeypatch):
 
 def test_block_sizes_are_read_from_the_kernel_files(tmp_path, monkeypatch):
     (tmp_path / "kl_div").mkdir()
-    (tmp_path / "kl_div" / "naive.cu").write_text("constexpr int THREADS = 64;  // one block per row\n")
-    (tmp_path / "kl_div" / "vectorized.cu").write_text("constexpr  int  THREADS =  32 * WARPS ;\n")
+    (tmp_path / "kl_div" / "naive.cu").write_text(
+        "#ifndef LOSSLAB_KL_DIV_NAIVE_THREADS\n#define LOSSLAB_KL_DIV_NAIVE_THREADS 64  // threads per block: 32 64\n"
+        "#endif\n")
+    (tmp_path / "kl_div" / "vectorized.cu").write_text(
+        "#ifndef LOSSLAB_KL_DIV_VECTORIZED_WARPS\n#define LOSSLAB_KL_DIV_VECTORIZED_WARPS 8  // rows per block: 4 8\n"
+        "#endif\nconstexpr int THREADS = 32 * WARPS;\n")
     (tmp_path / "kl_div" / "fused.cu").write_text("constexpr int BLOCK = 128;\n")
-    monkeypatch.setattr(build, "KERNELS", tmp_path)
+    monkeypatch.setattr(build.knobs, "KERNELS", tmp_path)
     assert explorer.block_sizes("kl_div", ("naive", "vectorized", "fused", "warp_shuffle")) == {
-        "naive": "64", "vectorized": "32 * WARPS"}
+        "naive": "64", "vectorized": "256 (32 x WARPS=8)"}
     note = explorer.launch_note("kl_div", ("naive", "fused"))
-    assert "(naive 64)" in note and "fused" not in note and "custom.compile_variant" in note
+    assert "(defaults: naive 64)" in note and "fused" not in note and "custom.compile_variant" in note
 
 
 @pytest.mark.parametrize("problem", problems.names())
