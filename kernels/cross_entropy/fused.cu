@@ -10,7 +10,7 @@
 #include "cross_entropy/options.cuh"
 #include "cross_entropy/row_packs.cuh"
 
-// Launch knobs (losslab/build/knobs.py): -DLOSSLAB_CROSS_ENTROPY_FUSED_<KNOB>=<value> builds another configuration.
+// Launch knobs (losslab/build/knobs.py): -DLOSSLAB_CROSS_ENTROPY_FUSED_<KNOB>=<value> builds another one.
 #ifndef LOSSLAB_CROSS_ENTROPY_FUSED_THREADS
 #define LOSSLAB_CROSS_ENTROPY_FUSED_THREADS 128  // threads per block, one block per row: 32 64 128 256 512 1024
 #endif

@@ -5,7 +5,7 @@
 #include "cross_entropy/cross_entropy.cuh"
 #include "cross_entropy/launchers.h"
 
-// Launch knobs (losslab/build/knobs.py): -DLOSSLAB_CROSS_ENTROPY_NAIVE_<KNOB>=<value> builds another configuration.
+// Launch knobs (losslab/build/knobs.py): -DLOSSLAB_CROSS_ENTROPY_NAIVE_<KNOB>=<value> builds another one.
 #ifndef LOSSLAB_CROSS_ENTROPY_NAIVE_THREADS
 #define LOSSLAB_CROSS_ENTROPY_NAIVE_THREADS 256  // threads per block: 32 64 128 256 512 1024
 #endif

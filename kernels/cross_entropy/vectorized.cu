@@ -14,7 +14,7 @@
 #include "cross_entropy/options.cuh"
 #include "cross_entropy/row_packs.cuh"
 
-// Launch knobs (losslab/build/knobs.py): -DLOSSLAB_CROSS_ENTROPY_VECTORIZED_<KNOB>=<value> builds another configuration.
+// Launch knobs (losslab/build/knobs.py): -DLOSSLAB_CROSS_ENTROPY_VECTORIZED_<KNOB>=<value> builds another one.
 #ifndef LOSSLAB_CROSS_ENTROPY_VECTORIZED_WARPS
 #define LOSSLAB_CROSS_ENTROPY_VECTORIZED_WARPS 4  // rows per block, one warp each: 1 2 4 8 16 32
 #endif

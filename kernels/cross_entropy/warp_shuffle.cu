@@ -6,7 +6,7 @@
 #include "cross_entropy/launchers.h"
 #include "cross_entropy/row_backward.cuh"
 
-// Launch knobs (losslab/build/knobs.py): -DLOSSLAB_CROSS_ENTROPY_WARP_SHUFFLE_<KNOB>=<value> builds another configuration.
+// Launch knobs (losslab/build/knobs.py): -DLOSSLAB_CROSS_ENTROPY_WARP_SHUFFLE_<KNOB>=<value> builds another one.
 #ifndef LOSSLAB_CROSS_ENTROPY_WARP_SHUFFLE_THREADS
 #define LOSSLAB_CROSS_ENTROPY_WARP_SHUFFLE_THREADS 256  // threads per block: 32 64 128 256 512 1024
 #endif

@@ -12,7 +12,7 @@
 #include "kl_div/launchers.h"
 #include "kl_div/options.cuh"
 
-// Launch knobs (losslab/build/knobs.py): -DLOSSLAB_KL_DIV_FUSED_<KNOB>=<value> builds another configuration.
+// Launch knobs (losslab/build/knobs.py): -DLOSSLAB_KL_DIV_FUSED_<KNOB>=<value> builds another one.
 #ifndef LOSSLAB_KL_DIV_FUSED_THREADS
 #define LOSSLAB_KL_DIV_FUSED_THREADS 256  // threads per block: 32 64 128 256 512 1024
 #endif

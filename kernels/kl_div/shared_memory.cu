@@ -7,7 +7,7 @@
 #include "kl_div/elementwise_backward.cuh"
 #include "kl_div/launchers.h"
 
-// Launch knobs (losslab/build/knobs.py): -DLOSSLAB_KL_DIV_SHARED_MEMORY_<KNOB>=<value> builds another configuration.
+// Launch knobs (losslab/build/knobs.py): -DLOSSLAB_KL_DIV_SHARED_MEMORY_<KNOB>=<value> builds another one.
 #ifndef LOSSLAB_KL_DIV_SHARED_MEMORY_THREADS
 #define LOSSLAB_KL_DIV_SHARED_MEMORY_THREADS 256  // threads per block: 32 64 128 256 512 1024
 #endif

@@ -14,7 +14,7 @@
 #include "kl_div/launchers.h"
 #include "kl_div/options.cuh"
 
-// Launch knobs (losslab/build/knobs.py): -DLOSSLAB_KL_DIV_VECTORIZED_<KNOB>=<value> builds another configuration.
+// Launch knobs (losslab/build/knobs.py): -DLOSSLAB_KL_DIV_VECTORIZED_<KNOB>=<value> builds another one.
 #ifndef LOSSLAB_KL_DIV_VECTORIZED_THREADS
 #define LOSSLAB_KL_DIV_VECTORIZED_THREADS 256  // threads per block: 32 64 128 256 512 1024
 #endif
