@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import torch
 
@@ -75,24 +75,30 @@ def _define(name: str, schema: str, kernel: Callable, fake: Callable) -> torch._
     return getattr(getattr(torch.ops, NAMESPACE), name).default
 
 
-def _extension(problem: str) -> Callable[[], object]:
-    """The problem's built extension, looked up once (the build happens at the first call)."""
+def _extension(problem: str, defines: tuple[tuple[str, int], ...] = ()) -> Callable[[], object]:
+    """The problem's built extension (with ``defines``: another launch configuration), looked up
+    once (the build happens at the first call)."""
     cache: list = []
 
     def get():
         if not cache:
-            cache.append(build.load_extension(problem))
+            cache.append(build.load_extension(problem, defines=defines))
         return cache[0]
 
     return get
 
 
 class RungOps:
-    """The operators of one rung of one problem (see the module docstring)."""
+    """The operators of one rung of one problem (see the module docstring).
 
-    def __init__(self, spec: problems.Problem, rung: problems.Rung):
+    ``extension``: another build of the problem's kernels (a launch configuration, see
+    :func:`variant`'s ``knobs``): the same host code and eager path through that build's
+    launchers, and no ``torch.library`` operators of its own (so not traceable).
+    """
+
+    def __init__(self, spec: problems.Problem, rung: problems.Rung, extension: Callable[[], object] | None = None):
         self.spec, self.rung = spec, rung
-        host, ext = _host(spec), _extension(spec.name)
+        host, ext = _host(spec), extension or _extension(spec.name)
         prefix = f"{spec.name}_{rung.name}"
         inputs = ", ".join(f"Tensor {name}" for name in spec.input_names)
         state = [f"Tensor {name}" for name in getattr(host, "STATE_NAMES", ())]
@@ -123,25 +129,29 @@ class RungOps:
             return torch.empty_like(args[0], memory_format=torch.contiguous_format)
 
         self.forward_kernel, self.backward_kernel, self.infer = forward_kernel, backward_kernel, infer
-        self.forward = _define(f"{prefix}_forward", f"({inputs}) -> {outputs}", forward_kernel, forward_fake)
-        self.backward = _define(f"{prefix}_backward", f"({inputs}, {', '.join([*state, 'Tensor grad_loss'])})"
-                                " -> Tensor", backward_kernel, backward_fake)
-        torch.library.register_autograd(self.forward, self._backward, setup_context=self._setup, lib=_LIBRARY)
-        self.forward_grad = None
+        self.writes_grad = rung.writes_grad_in_forward
+        self.forward = self.backward = self.forward_grad = None
         if rung.writes_grad_in_forward:
             def forward_grad_kernel(*args):
                 loss, (grad,) = host.forward(ext(), rung.forward, True, *args)
                 return loss, grad
 
-            def forward_grad_fake(*args):
-                return args[0].new_empty(()), torch.empty_like(args[0], memory_format=torch.contiguous_format)
-
             def scale_kernel(grad, grad_loss):
                 host.backward(ext(), rung.backward, True, (grad,), grad_loss)
 
             self.forward_grad_kernel, self.scale_kernel = forward_grad_kernel, scale_kernel
+        if extension is not None:
+            return  # another build: the eager path only
+        self.forward = _define(f"{prefix}_forward", f"({inputs}) -> {outputs}", forward_kernel, forward_fake)
+        self.backward = _define(f"{prefix}_backward", f"({inputs}, {', '.join([*state, 'Tensor grad_loss'])})"
+                                " -> Tensor", backward_kernel, backward_fake)
+        torch.library.register_autograd(self.forward, self._backward, setup_context=self._setup, lib=_LIBRARY)
+        if rung.writes_grad_in_forward:
+            def forward_grad_fake(*args):
+                return args[0].new_empty(()), torch.empty_like(args[0], memory_format=torch.contiguous_format)
+
             self.forward_grad = _define(f"{prefix}_forward_grad", f"({inputs}) -> (Tensor, Tensor)",
-                                        forward_grad_kernel, forward_grad_fake)
+                                        self.forward_grad_kernel, forward_grad_fake)
             torch.library.register_autograd(self.forward_grad, self._backward_scale,
                                             setup_context=self._setup_grad, lib=_LIBRARY)
 
@@ -190,6 +200,9 @@ class RungOps:
         autograd.Function cost 8.5 of a kl_div forward's 28 us on an H100 machine.
         """
         if torch.compiler.is_compiling():
+            if self.forward is None:
+                raise RuntimeError(f"{self.spec.name} {self.rung.name}: a knob build runs in eager mode only; "
+                                   "trace the default build (losslab.variant without knobs)")
             if self.forward_grad is not None and torch.is_grad_enabled() and inputs[0].requires_grad:
                 return self.forward_grad(*inputs)[0]
             out = self.forward(*inputs)
@@ -199,7 +212,7 @@ class RungOps:
     def eager(self, *inputs: torch.Tensor) -> torch.Tensor:
         """:meth:`__call__` in eager mode (not traced)."""
         if torch.is_grad_enabled() and inputs[0].requires_grad:
-            return EagerLoss.apply(self, self.forward_grad is not None, *inputs)
+            return EagerLoss.apply(self, self.writes_grad, *inputs)
         return self.infer(*inputs)
 
 
@@ -236,6 +249,8 @@ OPS: dict[tuple[str, str], RungOps] = {(p, r.name): RungOps(problems.get(p), r)
                                        for p in problems.names() for r in problems.get(p).rungs}
 
 
+_KNOB_OPS: dict[build.knobs.Config, RungOps] = {}  # other launch configurations, built on first use
+
 MAX_VALIDATED = 64  # metadata keys remembered per variant
 
 
@@ -256,7 +271,8 @@ def metadata_key(inputs: tuple) -> tuple | None:
             second.requires_grad)
 
 
-def variant(problem: str, name: str, *, strict: bool | None = None) -> Callable[..., torch.Tensor]:
+def variant(problem: str, name: str, *, strict: bool | None = None,
+            knobs: Mapping[str, int] | None = None) -> Callable[..., torch.Tensor]:
     """The loss ``problem`` computed by the kernels of rung ``name``.
 
     Returns a function taking the reference's arguments (e.g. ``predictions``,
@@ -266,12 +282,24 @@ def variant(problem: str, name: str, *, strict: bool | None = None) -> Callable[
     ``$LOSSLAB_STRICT_TARGETS``) checks those values before every launch and raises
     ValueError naming them (one host synchronisation per call: for debugging).
 
+    ``knobs`` (knob name -> value, e.g. ``{"THREADS": 512}``; ``build.knobs``): the rung in that
+    launch configuration, built as its own extension at the first call and cached by its
+    compiler flags, called through the same host code and eager path as the default build (not
+    traceable). The function then also has ``name`` (the configuration's label, e.g.
+    ``"vectorized [THREADS=512, UNROLL=4]"``), ``dtypes`` and ``rung``: a variant object that
+    ``measure.bench`` times as it times the rung.
+
     Raises:
-        ValueError: unknown problem or variant.
+        ValueError: unknown problem or variant; a knob the rung lacks or a value it does not offer.
     """
     spec = problems.get(problem)
     spec.check_variant_name(name)
     ops = OPS[(problem, name)]
+    config = build.knobs.config(problem, name, knobs) if knobs is not None else None
+    if config is not None and not config.is_default:
+        if config not in _KNOB_OPS:
+            _KNOB_OPS[config] = RungOps(spec, spec.rung(name), _extension(problem, config.defines))
+        ops = _KNOB_OPS[config]
     strict = strict_default() if strict is None else strict
 
     dtypes = spec.dtypes(name)
@@ -292,6 +320,8 @@ def variant(problem: str, name: str, *, strict: bool | None = None) -> Callable[
 
     loss.__name__ = f"{problem}_{name}"
     loss.__doc__ = f"{problem} computed by the {name} kernels; same signature as the reference."
+    if config is not None:
+        loss.name, loss.dtypes, loss.rung = config.label, dtypes, spec.rung(name)
     return loss
 
 

@@ -18,13 +18,14 @@ def test_explorer_filters_the_record(recorded_dir):
     assert {c.variant for c in section.checks} <= {"naive", "vectorized"}
     items = ex.render(explorer.Selection("kl_div", ("vectorized",), "small"))
     assert "applies to the cost model only" in items[0].plain
-    assert "128x4096" in items[1] and len(items) == 5  # note, cost model, table, chart, roofline
+    assert "128x4096" in items[1] and len(items) == 9  # note, cost model, table, chart, roofline, knobs, counters x3
 
 
 def test_explorer_without_record_shows_the_model_only(results_dir):
     items = explorer.Explorer(live=False, results_dir=results_dir).render(explorer.Selection("kl_div", ("naive",),
                                                                                              "odd"))
-    assert "only the cost model" in items[0].plain and len(items) == 2
+    assert "only the cost model" in items[0].plain and len(items) == 6  # note, cost model, knobs, counters x3
+    assert "No record to compare with" in items[2].plain and "no counters" in items[4].plain
 
 
 def test_explorer_measures_only_what_is_new(monkeypatch):
@@ -83,14 +84,18 @@ def test_explorer_widget_rerenders_in_place(recorded_dir, monkeypatch):
 
 def test_block_sizes_are_read_from_the_kernel_files(tmp_path, monkeypatch):
     (tmp_path / "kl_div").mkdir()
-    (tmp_path / "kl_div" / "naive.cu").write_text("constexpr int THREADS = 64;  // one block per row\n")
-    (tmp_path / "kl_div" / "vectorized.cu").write_text("constexpr  int  THREADS =  32 * WARPS ;\n")
+    (tmp_path / "kl_div" / "naive.cu").write_text(
+        "#ifndef LOSSLAB_KL_DIV_NAIVE_THREADS\n#define LOSSLAB_KL_DIV_NAIVE_THREADS 64  // threads per block: 32 64\n"
+        "#endif\n")
+    (tmp_path / "kl_div" / "vectorized.cu").write_text(
+        "#ifndef LOSSLAB_KL_DIV_VECTORIZED_WARPS\n#define LOSSLAB_KL_DIV_VECTORIZED_WARPS 8  // rows per block: 4 8\n"
+        "#endif\nconstexpr int THREADS = 32 * WARPS;\n")
     (tmp_path / "kl_div" / "fused.cu").write_text("constexpr int BLOCK = 128;\n")
-    monkeypatch.setattr(build, "KERNELS", tmp_path)
+    monkeypatch.setattr(build.knobs, "KERNELS", tmp_path)
     assert explorer.block_sizes("kl_div", ("naive", "vectorized", "fused", "warp_shuffle")) == {
-        "naive": "64", "vectorized": "32 * WARPS"}
+        "naive": "64", "vectorized": "256 (32 x WARPS=8)"}
     note = explorer.launch_note("kl_div", ("naive", "fused"))
-    assert "(naive 64)" in note and "fused" not in note and "custom.compile_variant" in note
+    assert "(defaults: naive 64)" in note and "fused" not in note and "custom.compile_variant" in note
 
 
 @pytest.mark.parametrize("problem", problems.names())
@@ -265,3 +270,96 @@ def test_a_live_sweep_measures_each_size_once_and_skips_what_a_sweep_skips(monke
     assert "Left out of the sweep" in items[-1].plain and "2048x131072 naive" in items[-1].plain
     line = next(ln for ln in section.sweep("float32", "forward") if ln.implementation == "vectorized")
     assert [p.shape for p in line.points] == list(shapes)
+
+
+# --- launch knobs and the recorded counters ------------------------------------------------------------
+
+def test_without_a_gpu_the_knobs_section_explains_and_shows_the_defaults_only(make_section):
+    section = _recorded(make_section)
+    sel = explorer.Selection("kl_div", ("warp_shuffle", "vectorized"), "seed",
+                             knobs=[("vectorized", {"THREADS": 512})])
+    text = _explorer_on(section).knobs_html(sel).plain
+    assert "vectorized THREADS=256 (threads per block); vectorized UNROLL=4" in text  # the kernel files' defaults
+    assert "No GPU here: nothing is built or timed" in text and "-DLOSSLAB_<PROBLEM>_<RUNG>_<KNOB>=<value>" in text
+    assert "Asked for, not timed here: vectorized [THREADS=512, UNROLL=4]." in text
+    assert "ran the defaults above: the record was made from these kernel files" in text  # the fixture is fresh
+    assert " ms" not in text  # no time for a configuration that was not measured
+
+
+def test_a_selections_knobs_are_checked_in_one_line():
+    sel = explorer.Selection("kl_div", ("vectorized",), "seed", knobs=[("vectorized", {"THREADS": 100})])
+    with pytest.raises(ValueError, match=r"^THREADS \(threads per block of kl_div vectorized\): 100 is not offered"):
+        sel.configs()
+    assert explorer.Selection("kl_div", ("vectorized",), "seed", knobs=[("vectorized", {"UNROLL": 8})] * 2).knobs \
+        == (("vectorized", (("UNROLL", 8),)),) * 2
+
+
+def test_live_a_configuration_is_built_then_timed_once_labelled_with_its_knobs(monkeypatch):
+    import losslab.measure.ceilings
+    from losslab.measure.bench import BenchRow
+
+    built, timed = [], []
+    monkeypatch.setattr(build, "load_extension", lambda problem, defines=(): built.append(defines))
+
+    def fake_measure(problem, size, *, variants, peers, dtypes, **kwargs):
+        name = getattr(variants[0], "name", variants[0]) if variants else peers[0]
+        timed.append(name)
+        ms = {"eager": 2.0, "vectorized": 1.0, "vectorized [THREADS=128, UNROLL=4]": 0.5}.get(name, 0.25)
+        row = BenchRow(problem, name, "peer" if peers else "variant", "forward", tuple(size), dtypes[0],
+                       ms, ms, ms, 3, 1.0, "read", 0.1, 0, 0.0)
+        return records.Section(problem, "Fake GPU", rows=[row], source="live")
+
+    monkeypatch.setattr(records, "measure_section", fake_measure)
+    monkeypatch.setattr(losslab.measure.ceilings, "measure_ceilings", lambda: {"read_gbps": 10.0, "copy_gbps": 10.0})
+    ex = explorer.Explorer(live=True, peers=("eager",))
+    sel = explorer.Selection("kl_div", ("vectorized",), "small",
+                             knobs=[("vectorized", {"THREADS": 512}), ("vectorized", {"THREADS": 128})])
+    section = ex.section(sel)
+    ex.section(sel)
+    label = "vectorized [THREADS=512, UNROLL=4]"
+    assert timed == ["vectorized", "eager", label, "vectorized [THREADS=128, UNROLL=4]"]
+    assert built == [(("LOSSLAB_KL_DIV_VECTORIZED_THREADS", 512),), (("LOSSLAB_KL_DIV_VECTORIZED_THREADS", 128),)]
+    row = next(r for r in section.rows if r.implementation == label)
+    assert row.speedup == {"eager": 8.0}
+    html = str(explorer.tables.timing_table(dataclasses.replace(section, ceilings={"read_gbps": 10.0,
+                                                                                    "copy_gbps": 10.0})))
+    assert html.index(">vectorized<") < html.index(label) < html.rindex("eager")  # right after its rung
+    # x rung below of a configuration: against the rung's default build (4.00, 2.00), not the row above (0.50)
+    assert ">4.00<" in html and ">0.50<" not in html
+    assert f"Configurations timed here: {label}, vectorized [THREADS=128, UNROLL=4]." in ex.knobs_html(sel).plain
+
+
+def test_the_knob_controls_add_a_configuration_live_and_are_disabled_without_a_gpu(recorded_dir, monkeypatch):
+    pytest.importorskip("ipywidgets")
+
+    def controls(ex):
+        shown = []
+        monkeypatch.setattr(ex, "render", lambda sel: shown.append(sel) or [])
+        box = ex.widget(explorer.Selection("kl_div", ("naive", "vectorized"), "seed"))
+        found, todo = {}, [box]
+        while todo:
+            widget = todo.pop()
+            found.setdefault(getattr(widget, "description", ""), widget)
+            todo += list(getattr(widget, "children", ()))
+        return found, shown
+
+    found, shown = controls(explorer.Explorer(live=True))
+    assert found["knobs of"].options == ("naive", "vectorized") and found["knobs of"].value == "vectorized"
+    found["THREADS"].value = 512
+    found["build and time"].click()
+    assert shown[-1].knobs == (("vectorized", (("THREADS", 512), ("UNROLL", 4))),)
+    found, _ = controls(explorer.Explorer(live=False, results_dir=recorded_dir))
+    assert found["build and time"].disabled and found["THREADS"].disabled
+
+
+def test_the_counters_of_the_selected_rungs_come_from_the_record_with_their_meaning(make_section):
+    section = _recorded(make_section)
+    section.ncu = {"status": "ok", "shape": list(section.primary_shape), "records": [
+        {"implementation": rung, "kind": "variant", "direction": "forward", "load_requests": 10.0,
+         "load_sectors": sectors, "barriers": 0.0} for rung, sectors in (("naive", 320.0), ("shared_memory", 40.0))]}
+    intro, forward, backward = _explorer_on(section).counters_items(
+        explorer.Selection("kl_div", ("naive",), "seed"))
+    assert "from the record (Fixture GPU" in intro.plain
+    assert "sectors_per_request: naive 32 (sectors per load request: 4 when a warp reads 128" in forward.plain
+    assert "shared_memory" not in forward.plain  # not selected
+    assert "what it says" in str(forward) and "not recorded" in backward.plain.lower()

@@ -146,6 +146,17 @@ def test_notebook_renders_a_record(recorded_dir, tmp_path):
     assert report.shown_results(executed)[0]["device"] == "Fixture GPU"
 
 
+def test_the_explorer_shows_the_recorded_counters_and_the_knobs_of_each_rung(built):
+    """04 headless, on the committed record: per selected rung the Nsight Compute counters with
+    what each says, and the launch knobs with their defaults (no GPU: nothing built or timed)."""
+    text = all_text(nbformat.read(built / "04_explorer.ipynb", as_version=4))
+    assert "Counters.</b> Nsight Compute counters of the selected rungs, from the record" in text
+    assert "forward: counters per rung, as recorded" in text and "sectors per load request" in text
+    assert "Launch knobs.</b>" in text and "LOSSLAB_KL_DIV_VECTORIZED" not in text  # knobs by name, not macro
+    if not torch.cuda.is_available():
+        assert "No GPU here: nothing is built or timed" in text
+
+
 # --- a parameter a notebook cannot take ------------------------------------------------------------
 
 def run(name: str, tmp_path: Path, **parameters_given):

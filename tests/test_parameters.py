@@ -27,6 +27,10 @@ from losslab.present.parameters import ParameterError, validate
     ({"timeout_s": -1}, ["timeout_s: -1"]),
     ({"interactive": "yes"}, ["interactive: 'yes'", "True, False"]),
     ({"results_dir": "/no/such/folder"}, ["results_dir: '/no/such/folder' is not a folder", "reports/results/"]),
+    ({"problem": "kl_div", "knobs": {"THREADS": 512}}, ["knobs: {'THREADS': 512} is not a list", "[]"]),
+    ({"problem": "kl_div", "knobs": [("turbo", {})]}, ["knobs: 'turbo'", "naive, shared_memory"]),
+    ({"problem": "kl_div", "knobs": [("vectorized", {"THREADS": 100})]},
+     ["knobs: THREADS (threads per block of kl_div vectorized): 100 is not offered", "32, 64, 128, 256, 512, 1024"]),
 ])
 def test_a_bad_value_names_the_parameter_the_value_and_the_allowed_values(given, words):
     with pytest.raises(ParameterError) as err:
@@ -42,6 +46,8 @@ def test_good_values_pass():
              device=None, results_dir=None, peers=[], interactive=False, gpu=False)
     validate(problem_names=list(problems.names()), size="seed", profile_with_ncu=True)
     validate(problem="cross_entropy", variant="vectorized", timeout_s=0.5)
+    validate(problem="cross_entropy", knobs=[("vectorized", {"WARPS": 8}), ["fused", {"TILE": 4}]])
+    validate(problem="kl_div", knobs=[])
 
 
 def test_an_unknown_device_names_the_devices_that_have_records(recorded_dir):

@@ -355,7 +355,7 @@ def test_rung_diff_shows_changed_lines_and_inlines_the_helper():
     assert "__shfl_xor_sync" in text  # the helper's body, not just its name
     # a focused diff: a launcher renamed with its rung, its body the same, is no change
     assert "cudaError_t kl_div_shared_memory_backward(" not in text
-    assert "constexpr int THREADS = 256;" not in text  # unchanged and far from a change
+    assert "#define LOSSLAB_KL_DIV_WARP_SHUFFLE_THREADS 256" not in text  # the same knob, renamed with its rung
 
 
 @pytest.mark.parametrize("problem, lower, upper, helper", [

@@ -10,13 +10,23 @@
 #include "cross_entropy/options.cuh"
 #include "cross_entropy/row_packs.cuh"
 
-constexpr int THREADS = 128;  // one block per row
+// Launch knobs (losslab/build/knobs.py): -DLOSSLAB_CROSS_ENTROPY_FUSED_<KNOB>=<value> builds another one.
+#ifndef LOSSLAB_CROSS_ENTROPY_FUSED_THREADS
+#define LOSSLAB_CROSS_ENTROPY_FUSED_THREADS 128  // threads per block, one block per row: 32 64 128 256 512 1024
+#endif
+constexpr int THREADS = LOSSLAB_CROSS_ENTROPY_FUSED_THREADS;
+static_assert(THREADS >= 32 && THREADS <= 1024 && THREADS % 32 == 0,
+              "LOSSLAB_CROSS_ENTROPY_FUSED_THREADS: a multiple of 32 from 32 to 1024 (whole warps)");
 constexpr int WARPS = THREADS / 32;
 // Packs per thread held in registers: a tile of THREADS * TILE packs, 4096
 // floats or 8192 16-bit values, is a whole row at the seed size. Longer rows
 // go tile by tile and re-read all but their last tile for the gradient (from
 // L2 while the row is recent, else from DRAM).
-constexpr int TILE = 8;
+#ifndef LOSSLAB_CROSS_ENTROPY_FUSED_TILE
+#define LOSSLAB_CROSS_ENTROPY_FUSED_TILE 8  // 16-byte packs per thread held in registers: 1 2 4 8 16
+#endif
+constexpr int TILE = LOSSLAB_CROSS_ENTROPY_FUSED_TILE;
+static_assert(TILE >= 1, "LOSSLAB_CROSS_ENTROPY_FUSED_TILE: at least 1");
 constexpr int64_t TILE_PACKS = int64_t(THREADS) * TILE;
 
 // This thread's packs of the tile whose first pack (for thread 0) is `start`;

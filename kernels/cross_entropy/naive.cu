@@ -5,7 +5,13 @@
 #include "cross_entropy/cross_entropy.cuh"
 #include "cross_entropy/launchers.h"
 
-constexpr int THREADS = 256;
+// Launch knobs (losslab/build/knobs.py): -DLOSSLAB_CROSS_ENTROPY_NAIVE_<KNOB>=<value> builds another one.
+#ifndef LOSSLAB_CROSS_ENTROPY_NAIVE_THREADS
+#define LOSSLAB_CROSS_ENTROPY_NAIVE_THREADS 256  // threads per block: 32 64 128 256 512 1024
+#endif
+constexpr int THREADS = LOSSLAB_CROSS_ENTROPY_NAIVE_THREADS;
+static_assert(THREADS >= 32 && THREADS <= 1024 && THREADS % 32 == 0,
+              "LOSSLAB_CROSS_ENTROPY_NAIVE_THREADS: a multiple of 32 from 32 to 1024 (whole warps)");
 
 __global__ void cross_entropy_naive_forward_kernel(const float* __restrict__ logits,     // (N, C)
                                                    const int64_t* __restrict__ targets,  // (N,)

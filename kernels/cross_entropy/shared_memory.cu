@@ -6,7 +6,13 @@
 #include "cross_entropy/launchers.h"
 #include "cross_entropy/row_backward.cuh"
 
-constexpr int THREADS = 256;
+// Launch knobs (losslab/build/knobs.py): -DLOSSLAB_CROSS_ENTROPY_SHARED_MEMORY_<KNOB>=<value> builds another one.
+#ifndef LOSSLAB_CROSS_ENTROPY_SHARED_MEMORY_THREADS
+#define LOSSLAB_CROSS_ENTROPY_SHARED_MEMORY_THREADS 256  // threads per block: 32 64 128 256 512 1024
+#endif
+constexpr int THREADS = LOSSLAB_CROSS_ENTROPY_SHARED_MEMORY_THREADS;
+static_assert(THREADS >= 32 && THREADS <= 1024 && (THREADS & (THREADS - 1)) == 0,
+              "LOSSLAB_CROSS_ENTROPY_SHARED_MEMORY_THREADS: a power of two from 32 to 1024 (the tree halves it)");
 
 // One value per thread, halved log2(THREADS) = 8 times; at each step half of
 // the remaining threads sit idle at the barrier. Every thread gets the result.

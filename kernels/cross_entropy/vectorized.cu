@@ -14,9 +14,18 @@
 #include "cross_entropy/options.cuh"
 #include "cross_entropy/row_packs.cuh"
 
-constexpr int WARPS = 4;  // rows per block
+// Launch knobs (losslab/build/knobs.py): -DLOSSLAB_CROSS_ENTROPY_VECTORIZED_<KNOB>=<value> builds another one.
+#ifndef LOSSLAB_CROSS_ENTROPY_VECTORIZED_WARPS
+#define LOSSLAB_CROSS_ENTROPY_VECTORIZED_WARPS 4  // rows per block, one warp each: 1 2 4 8 16 32
+#endif
+#ifndef LOSSLAB_CROSS_ENTROPY_VECTORIZED_UNROLL
+#define LOSSLAB_CROSS_ENTROPY_VECTORIZED_UNROLL 8  // 16-byte loads in flight per lane: 1 2 4 8 16
+#endif
+constexpr int WARPS = LOSSLAB_CROSS_ENTROPY_VECTORIZED_WARPS;
 constexpr int THREADS = 32 * WARPS;
-constexpr int UNROLL = 8;  // packs in flight per lane: 4 KiB per warp
+constexpr int UNROLL = LOSSLAB_CROSS_ENTROPY_VECTORIZED_UNROLL;
+static_assert(WARPS >= 1 && WARPS <= 32, "LOSSLAB_CROSS_ENTROPY_VECTORIZED_WARPS: 1 to 32 (at most 1024 threads)");
+static_assert(UNROLL >= 1, "LOSSLAB_CROSS_ENTROPY_VECTORIZED_UNROLL: at least 1");
 
 template <typename T>
 __global__ void __launch_bounds__(THREADS)

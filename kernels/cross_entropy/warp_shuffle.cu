@@ -6,7 +6,13 @@
 #include "cross_entropy/launchers.h"
 #include "cross_entropy/row_backward.cuh"
 
-constexpr int THREADS = 256;
+// Launch knobs (losslab/build/knobs.py): -DLOSSLAB_CROSS_ENTROPY_WARP_SHUFFLE_<KNOB>=<value> builds another one.
+#ifndef LOSSLAB_CROSS_ENTROPY_WARP_SHUFFLE_THREADS
+#define LOSSLAB_CROSS_ENTROPY_WARP_SHUFFLE_THREADS 256  // threads per block: 32 64 128 256 512 1024
+#endif
+constexpr int THREADS = LOSSLAB_CROSS_ENTROPY_WARP_SHUFFLE_THREADS;
+static_assert(THREADS >= 32 && THREADS <= 1024 && THREADS % 32 == 0,
+              "LOSSLAB_CROSS_ENTROPY_WARP_SHUFFLE_THREADS: a multiple of 32 from 32 to 1024 (whole warps)");
 
 __global__ void __launch_bounds__(THREADS)
 cross_entropy_warp_shuffle_forward_kernel(const float* __restrict__ logits,     // (N, C)

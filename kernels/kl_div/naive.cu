@@ -6,7 +6,13 @@
 #include "kl_div/kl_div.cuh"
 #include "kl_div/launchers.h"
 
-constexpr int THREADS = 256;
+// Launch knobs (losslab/build/knobs.py): -DLOSSLAB_KL_DIV_NAIVE_<KNOB>=<value> builds another one.
+#ifndef LOSSLAB_KL_DIV_NAIVE_THREADS
+#define LOSSLAB_KL_DIV_NAIVE_THREADS 256  // threads per block: 32 64 128 256 512 1024
+#endif
+constexpr int THREADS = LOSSLAB_KL_DIV_NAIVE_THREADS;
+static_assert(THREADS >= 32 && THREADS <= 1024 && THREADS % 32 == 0,
+              "LOSSLAB_KL_DIV_NAIVE_THREADS: a multiple of 32 from 32 to 1024 (whole warps)");
 
 __global__ void kl_div_naive_forward_kernel(const float* __restrict__ predictions,  // (B, D)
                                             const float* __restrict__ targets,      // (B, D)

@@ -14,8 +14,18 @@
 #include "kl_div/launchers.h"
 #include "kl_div/options.cuh"
 
-constexpr int THREADS = 256;
-constexpr int UNROLL = 4;
+// Launch knobs (losslab/build/knobs.py): -DLOSSLAB_KL_DIV_VECTORIZED_<KNOB>=<value> builds another one.
+#ifndef LOSSLAB_KL_DIV_VECTORIZED_THREADS
+#define LOSSLAB_KL_DIV_VECTORIZED_THREADS 256  // threads per block: 32 64 128 256 512 1024
+#endif
+#ifndef LOSSLAB_KL_DIV_VECTORIZED_UNROLL
+#define LOSSLAB_KL_DIV_VECTORIZED_UNROLL 4  // 16-byte loads in flight per tensor: 1 2 4 8 16
+#endif
+constexpr int THREADS = LOSSLAB_KL_DIV_VECTORIZED_THREADS;
+constexpr int UNROLL = LOSSLAB_KL_DIV_VECTORIZED_UNROLL;
+static_assert(THREADS >= 32 && THREADS <= 1024 && THREADS % 32 == 0,
+              "LOSSLAB_KL_DIV_VECTORIZED_THREADS: a multiple of 32 from 32 to 1024 (whole warps)");
+static_assert(UNROLL >= 1, "LOSSLAB_KL_DIV_VECTORIZED_UNROLL: at least 1");
 
 template <typename T>
 __global__ void __launch_bounds__(THREADS)

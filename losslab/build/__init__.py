@@ -1,9 +1,11 @@
 """Compile the kernels, and read what the compiler made of them.
 
 ``extension``: build a problem's kernels and binding into a Python extension
-(``load_extension``). ``sass``: compile one kernel file to a cubin and read its
+(``load_extension``), the default launch configuration or another (``knobs``: the knobs each
+rung file declares, checked, as compiler defines). ``sass``: compile one kernel file to a cubin and read its
 resources and SASS (``compile_cubin``, ``resource_usage``, ``disassemble``).
 """
+from losslab.build import knobs
 from losslab.build.extension import (
     CSRC,
     DEFAULT_ARCHS,
@@ -11,8 +13,11 @@ from losslab.build.extension import (
     NVCC_FLAGS,
     ROOT,
     BuildError,
+    compile_error_line,
     cuda_arch_list,
+    define_flags,
     dtype_code,
+    extension_name,
     find_cuda_home,
     load_extension,
     nvcc_path,
@@ -22,6 +27,6 @@ from losslab.build.sass import KernelResources, compile_cubin, disassemble, find
 
 __all__ = [
     "CSRC", "DEFAULT_ARCHS", "KERNELS", "NVCC_FLAGS", "ROOT", "BuildError", "KernelResources", "compile_cubin",
-    "cuda_arch_list", "disassemble", "dtype_code", "find_cuda_home", "find_cuobjdump", "load_extension",
-    "nvcc_path", "resource_usage", "sources",
+    "compile_error_line", "cuda_arch_list", "define_flags", "disassemble", "dtype_code", "extension_name",
+    "find_cuda_home", "find_cuobjdump", "knobs", "load_extension", "nvcc_path", "resource_usage", "sources",
 ]

@@ -4,11 +4,14 @@
 and the pybind11 binding ``losslab/build/csrc/<problem>.cpp`` into one Python
 extension with ``torch.utils.cpp_extension`` (ninja: cached, incremental). The
 binding includes no torch headers: it binds each launcher of
-``kernels/<problem>/launchers.h`` through ``csrc/bind.h``.
+``kernels/<problem>/launchers.h`` through ``csrc/bind.h``. ``defines`` builds another launch
+configuration (``knobs``: ``-DLOSSLAB_<PROBLEM>_<RUNG>_<KNOB>=<value>``) as its own extension,
+``losslab_<problem>_<hash of the flags>``, cached by those flags beside the default one.
 """
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import re
 import shutil
@@ -16,8 +19,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-KERNELS = ROOT / "kernels"
+from losslab.build import knobs
+
+KERNELS = knobs.KERNELS
+ROOT = KERNELS.parent
 CSRC = Path(__file__).resolve().parent / "csrc"
 NVCC_FLAGS = ("-O3", "-std=c++17", "-lineinfo")
 DEFAULT_ARCHS = ("8.0", "9.0")  # A100 and H100/H200, when no GPU says which
@@ -83,8 +88,44 @@ def sources(problem: str) -> list[Path]:
     return [binding, *sorted((KERNELS / "common").glob("*.cu")), *kernels]
 
 
+def define_flags(problem: str, defines: tuple[tuple[str, int], ...]) -> list[str]:
+    """``-D<macro>=<value>`` for each of ``defines``, sorted.
+
+    Raises:
+        ValueError: a macro that is no knob of ``problem``'s rungs, or a value that is not an int.
+    """
+    declared = {k.macro for path in (KERNELS / problem).glob("*.cu") for k in knobs.knobs(problem, path.stem, KERNELS)}
+    for macro, value in defines:
+        if macro not in declared:
+            raise ValueError(f"defines: {macro!r} is no knob of the {problem} kernels; their knobs: "
+                             + ", ".join(sorted(declared)))
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"defines: {macro} must be an int, got {value!r}")
+    return sorted(f"-D{macro}={value}" for macro, value in defines)
+
+
+def extension_name(problem: str, defines: tuple[tuple[str, int], ...] = ()) -> str:
+    """The extension's module name and build folder: ``losslab_<problem>`` for the default
+    build, ``losslab_<problem>_<first 10 hex digits of sha256 of the sorted -D flags>`` for another."""
+    flags = define_flags(problem, defines)
+    if not flags:
+        return f"losslab_{problem}"
+    return f"losslab_{problem}_{hashlib.sha256(' '.join(flags).encode()).hexdigest()[:10]}"
+
+
+def compile_error_line(output: str) -> str | None:
+    """The first ``static_assert`` failure in compiler output, as one line
+    (``kernels/kl_div/vectorized.cu:25: static assertion failed with "..."``), or None."""
+    match = re.search(r"([\w./-]+)\((\d+)\): error: (static assertion failed[^\n]*)", output)
+    if match is None:
+        return None
+    path = Path(match.group(1))
+    shown = path.relative_to(ROOT) if path.is_absolute() and path.is_relative_to(ROOT) else path
+    return f"{shown}:{match.group(2)}: {match.group(3).strip()}"
+
+
 @functools.cache
-def load_extension(problem: str, verbose: bool = False):
+def load_extension(problem: str, verbose: bool = False, defines: tuple[tuple[str, int], ...] = ()):
     """Build (if needed) and import the extension of ``problem``'s kernels.
 
     The first build takes about a minute (less with a warm cache); later calls in
@@ -92,10 +133,17 @@ def load_extension(problem: str, verbose: bool = False):
     to move the build cache and $TORCH_CUDA_ARCH_LIST to choose architectures
     (default: the visible GPU's, else sm_80 and sm_90).
 
+    Args:
+        defines: (knob macro, value) pairs (``knobs.Config.defines``): another launch
+            configuration, built and cached as :func:`extension_name` says; () the default build.
     Raises:
-        BuildError: torch has no CUDA support, nvcc is missing, or compilation failed.
+        ValueError: a define that is no knob (see :func:`define_flags`).
+        BuildError: torch has no CUDA support, nvcc is missing, or compilation failed (a
+            failed ``static_assert`` of a knob as one line naming it).
     """
     import torch
+
+    name, flags = extension_name(problem, defines), define_flags(problem, defines)
 
     if torch.version.cuda is None:
         raise BuildError(f"cannot build the kernels: torch {torch.__version__} is a CPU-only build; "
@@ -105,18 +153,20 @@ def load_extension(problem: str, verbose: bool = False):
     from torch.utils import cpp_extension
 
     cpp_extension.CUDA_HOME = os.environ["CUDA_HOME"]  # it was fixed when cpp_extension was imported
-    print(f"losslab: building the {problem} kernels for sm {os.environ['TORCH_CUDA_ARCH_LIST']} "
+    what = f"the {problem} kernels" + (f" with {' '.join(flags)}" if flags else "")
+    print(f"losslab: building {what} for sm {os.environ['TORCH_CUDA_ARCH_LIST']} "
           "(cached after the first build) ...", file=sys.stderr, flush=True)
     try:
         return cpp_extension.load(
-            name=f"losslab_{problem}",
+            name=name,
             sources=[str(s) for s in sources(problem)],
             extra_include_paths=[str(KERNELS)],
             extra_cflags=["-O2"],
-            extra_cuda_cflags=list(NVCC_FLAGS),
+            extra_cuda_cflags=[*NVCC_FLAGS, *flags],
             verbose=verbose,
         )
     except (RuntimeError, subprocess.CalledProcessError) as err:
-        raise BuildError(f"building the {problem} kernels failed: {err}") from err
+        line = compile_error_line(str(err))
+        raise BuildError(f"building {what} failed: {line}" if line else f"building {what} failed: {err}") from err
 
 

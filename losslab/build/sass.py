@@ -28,8 +28,9 @@ class KernelResources:
     spill_load_bytes: int
 
 
-def compile_cubin(source: Path, arch: str, out_dir: Path) -> tuple[Path, str]:
-    """Compile one ``.cu`` file to a cubin for ``arch`` (e.g. ``"sm_90"``).
+def compile_cubin(source: Path, arch: str, out_dir: Path, flags: tuple[str, ...] = ()) -> tuple[Path, str]:
+    """Compile one ``.cu`` file to a cubin for ``arch`` (e.g. ``"sm_90"``), with extra nvcc
+    ``flags`` (e.g. ``extension.define_flags``: a launch configuration).
 
     Returns the cubin's path and ptxas's verbose report.
 
@@ -38,7 +39,7 @@ def compile_cubin(source: Path, arch: str, out_dir: Path) -> tuple[Path, str]:
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     cubin = out_dir / f"{source.parent.name}_{source.stem}_{arch}.cubin"
-    cmd = [str(nvcc_path()), *NVCC_FLAGS, "-cubin", f"-arch={arch}", "-Xptxas", "-v",
+    cmd = [str(nvcc_path()), *NVCC_FLAGS, *flags, "-cubin", f"-arch={arch}", "-Xptxas", "-v",
            "-I", str(KERNELS), str(source), "-o", str(cubin)]
     result = subprocess.run(cmd, capture_output=True, text=True)
     if result.returncode != 0:

@@ -228,7 +228,8 @@ def bench_problem(problem: str, shape: tuple[int, int] | None = None, variants: 
         for direction, (call, setup) in calls.items():
             if direction not in directions:
                 continue
-            if direction == "backward" and name in spec.variants and spec.rung(name).writes_grad_in_forward:
+            rung = spec.rung(name) if name in spec.variants else getattr(fn, "rung", None)
+            if direction == "backward" and rung is not None and rung.writes_grad_in_forward:
                 continue
             cost = spec.cost(shape, direction, dtype)
             ceiling = bandwidth_kind(cost.bytes_written)

@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import html
 import math
-import re
 from dataclasses import dataclass
 
 import torch
 
 from losslab import problems, records
-from losslab.build import KERNELS
+from losslab.build import KERNELS, knobs
 from losslab.present.html import Html, message, no_results, table
 from losslab.present.results import as_section, bandwidth_gbps
 
@@ -94,16 +93,15 @@ def steps_table(section: records.Section | dict | None) -> Html:
 # --- naive's parallelism -----------------------------------------------------------------------------
 
 def threads_per_block(problem: str, rung: str) -> int:
-    """``constexpr int THREADS = n`` of ``kernels/<problem>/<rung>.cu``.
+    """The default of the ``THREADS`` knob of ``kernels/<problem>/<rung>.cu`` (``build.knobs``).
 
     Raises:
-        ValueError: the file does not state its block size as a literal.
+        ValueError: the file declares no THREADS knob.
     """
-    source = (KERNELS / problem / f"{rung}.cu").read_text()
-    found = re.search(r"constexpr int THREADS = (\d+);", source)
+    found = [k.default for k in knobs.knobs(problem, rung, KERNELS) if k.name == "THREADS"]
     if not found:
-        raise ValueError(f"kernels/{problem}/{rung}.cu: no literal `constexpr int THREADS = <n>;`")
-    return int(found.group(1))
+        raise ValueError(f"kernels/{problem}/{rung}.cu: no THREADS knob (LOSSLAB_<PROBLEM>_<RUNG>_THREADS)")
+    return found[0]
 
 
 @dataclass(frozen=True)
@@ -169,6 +167,26 @@ def ncu_record(section: records.Section, implementation: str, direction: str) ->
 COUNTERS = ("grid_size", "block_size", "active_sms", "achieved_occupancy_pct", "registers_per_thread",
             "load_requests", "load_sectors", "sectors_per_request", "l2_read_sectors", "barriers", "shuffles",
             "shared_instructions", "memory_throughput_pct", "dram_throughput_pct", "instructions_per_byte")
+# what each counter says, one sentence each (the explorer shows them beside the values)
+MEANINGS = {
+    "grid_size": "blocks launched by the main kernel",
+    "block_size": "threads per block of the main kernel",
+    "active_sms": "SMs that ran at least one block: below the SM count, part of the GPU sat idle",
+    "achieved_occupancy_pct": "resident warps per SM over the most an SM can hold, in %: the latency the SM can hide",
+    "registers_per_thread": "registers each thread holds: more of them, fewer warps fit on an SM",
+    "load_requests": "global load instructions issued by warps",
+    "load_sectors": "32-byte sectors those loads asked L1/L2 for",
+    "sectors_per_request": "sectors per load request: 4 when a warp reads 128 consecutive bytes (coalesced), "
+                           "up to 32 when each lane reads its own line",
+    "l2_read_sectors": "32-byte sectors read from L2",
+    "barriers": "__syncthreads barriers executed (warp-level)",
+    "shuffles": "warp shuffle instructions executed (register-to-register exchanges)",
+    "shared_instructions": "shared-memory load and store instructions executed",
+    "memory_throughput_pct": "the busiest memory unit's throughput over its peak, in %",
+    "dram_throughput_pct": "DRAM throughput over its peak, in %: near 100 the kernel is bandwidth bound",
+    "instructions_per_byte": "instructions executed per byte moved from DRAM: the work paid for each byte",
+}
+STALL_MEANING = "warps stalled for this reason per issued instruction (one of the main kernel's two largest)"
 
 
 def _counter(rec, name: str) -> float | None:
@@ -198,13 +216,15 @@ def counters(section: records.Section | dict) -> dict[tuple[str, str], dict[str,
     return out
 
 
-def counters_table(section: records.Section | dict | None, direction: str = "forward") -> Html:
+def counters_table(section: records.Section | dict | None, direction: str = "forward",
+                   rungs: tuple[str, ...] | list[str] | None = None, meanings: bool = False) -> Html:
     """The counters of :func:`counters` per rung in ``direction`` (rungs as columns, so a step
-    reads left to right), or one line: not recorded yet."""
+    reads left to right; ``rungs``: only those, default all), with a column saying what each
+    counter means if ``meanings`` (:data:`MEANINGS`), or one line: not recorded yet."""
     section = as_section(section)
     if section is None:
         return no_results("counters")
-    found = {k: v for k, v in counters(section).items() if k[1] == direction}
+    found = {k: v for k, v in counters(section).items() if k[1] == direction and (rungs is None or k[0] in rungs)}
     if not found:
         return message(NOT_RECORDED)
     rungs = [r for r in problems.get(section.problem).variants if (r, direction) in found]
@@ -213,10 +233,15 @@ def counters_table(section: records.Section | dict | None, direction: str = "for
     def fmt(v) -> str:
         return "" if v is None else f"{v:.4g}"
 
-    body = [[html.escape(n)] + [fmt(found[r, direction].get(n)) for r in rungs] for n in names]
-    plain = "\n".join(f"{n}: " + "  ".join(f"{r} {fmt(found[r, direction].get(n))}" for r in rungs) for n in names)
-    return Html(table(["counter (Nsight Compute)", *[f"<code>{r}</code>" for r in rungs]], body,
-                      caption=f"{direction}: counters per rung, as recorded"), plain=plain)
+    def meaning(n: str) -> list[str]:
+        return [html.escape(MEANINGS.get(n, STALL_MEANING if n.startswith("stall: ") else ""))] if meanings else []
+
+    body = [[html.escape(n), *meaning(n)] + [fmt(found[r, direction].get(n)) for r in rungs] for n in names]
+    plain = "\n".join(f"{n}: " + "  ".join(f"{r} {fmt(found[r, direction].get(n))}" for r in rungs)
+                      + (f" ({MEANINGS.get(n, STALL_MEANING)})" if meanings else "") for n in names)
+    head = ["counter (Nsight Compute)", *(["what it says"] if meanings else []), *[f"<code>{r}</code>" for r in rungs]]
+    return Html(table(head, body, caption=f"{direction}: counters per rung, as recorded", text_columns=len(head)
+                      - len(rungs)), plain=plain)
 
 
 def dram_over_minimum(section: records.Section | dict, implementation: str, direction: str) -> float | None:

@@ -8,7 +8,7 @@ import html
 import re
 
 from losslab import problems
-from losslab.build import KERNELS
+from losslab.build import KERNELS, knobs
 from losslab.present.html import Html, table
 
 
@@ -88,13 +88,14 @@ def rung_diff(problem: str, lower: str, upper: str, context: int = 2) -> Html:
     """The lines that change from ``lower`` to ``upper`` (a unified diff of the two kernel files,
     ``context`` lines around each change), with each helper of :data:`HELPERS` that the added
     lines call inlined (as ``|`` lines) after the first added line that calls it. The lower
-    rung's names (``<problem>_<lower>_...``) are read as the upper's, so a renamed kernel or
-    launcher whose body is the same is no change.
+    rung's names (``<problem>_<lower>_...``, and its knob macros ``LOSSLAB_<PROBLEM>_<LOWER>_...``)
+    are read as the upper's, so a renamed kernel, launcher or knob whose body is the same is no change.
 
     Raises:
         ValueError: unknown problem or variant.
     """
-    renamed = kernel_source(problem, lower).replace(f"{problem}_{lower}_", f"{problem}_{upper}_")
+    renamed = kernel_source(problem, lower).replace(f"{problem}_{lower}_", f"{problem}_{upper}_").replace(
+        knobs.macro_prefix(problem, lower), knobs.macro_prefix(problem, upper))
     a, b = renamed.splitlines(), kernel_source(problem, upper).splitlines()
     out, shown = [], set()
     for line in difflib.unified_diff(a, b, f"kernels/{problem}/{lower}.cu", f"kernels/{problem}/{upper}.cu",

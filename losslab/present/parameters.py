@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from losslab import problems, records
+from losslab.build import knobs
 from losslab.measure.peers import PEERS
 from losslab.present.results import gpu_name, recorded_devices, same_device, shown_path
 
@@ -74,6 +75,21 @@ def _check_variants(value, params: dict) -> None:
     _list_of("variants", value, problems.get(problem).variants, f"rungs of {problem}", "every rung")
 
 
+def _check_knobs(value, params: dict) -> None:
+    problem = params.get("problem", problems.names()[0])
+    example = '[("vectorized", {"THREADS": 512})]'
+    if not isinstance(value, (list, tuple)) or not all(
+            isinstance(c, (list, tuple)) and len(c) == 2 and isinstance(c[1], dict) for c in value):
+        raise ParameterError(f"knobs: {value!r} is not a list of (rung, {{knob: value}}) pairs; expected e.g. "
+                             f"{example} or []")
+    for rung, values in value:
+        _one_of("knobs", rung, problems.get(problem).variants, what=f"a rung of {problem}")
+        try:
+            knobs.config(problem, rung, values)
+        except ValueError as err:
+            raise ParameterError(f"knobs: {err}") from None
+
+
 def _check_results_dir(value, params: dict) -> None:
     if value is not None and not (isinstance(value, (str, Path)) and Path(value).is_dir()):
         raise ParameterError(f"results_dir: {value!r} is not a folder; expected None (the default, "
@@ -129,6 +145,7 @@ CHECKS: dict[str, Callable] = {  # in the order they run: later checks read earl
     "problem_names": lambda v, p: _list_of("problem_names", v, problems.names(), "problems"),
     "variant": _check_variant,
     "variants": _check_variants,
+    "knobs": _check_knobs,
     "size": _check_size,
     "dtype": lambda v, p: _one_of("dtype", v, DTYPES, what="a dtype with kernels"),
     "peers": lambda v, p: _list_of("peers", v, PEERS, "PyTorch peers", empty_ok=True),

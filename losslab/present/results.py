@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from losslab import problems, records
-from losslab.build import ROOT
+from losslab.build import ROOT, knobs
 from losslab.present.html import GOOD, WARN, Html, format_date, message
 
 METADATA_KEY = "losslab"  # output metadata key under which a banner records what a notebook shows
@@ -134,9 +134,12 @@ def measured_where(section: records.Section) -> str:
     return f"{when} on {section.device} on {on} (torch {section.torch or '?'}, CUDA {section.cuda or '?'})"
 
 
-def implementation_order(section: records.Section, implementation: str) -> int:
-    """Sort key: the ladder's rungs in order, then the peers in the order the section lists them."""
+def implementation_order(section: records.Section, implementation: str) -> float:
+    """Sort key: the ladder's rungs in order, each followed by its other launch configurations
+    (``build.knobs``), then the peers in the order the section lists them."""
     order = list(problems.get(section.problem).variants)
+    if implementation not in order and knobs.rung_of(implementation) in order:
+        return order.index(knobs.rung_of(implementation)) + 0.5
     order += [r.implementation for r in section.rows if r.implementation not in order]
     return order.index(implementation) if implementation in order else len(order)
 

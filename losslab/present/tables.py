@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from losslab import problems, records
+from losslab.build import knobs
 from losslab.measure.bench import BenchRow
 from losslab.measure.ceilings import bandwidth_kind, datasheet
 from losslab.present.html import BAD, Html, format_bytes, format_date, message, no_results, table
@@ -142,8 +143,9 @@ def timing_table(section: records.Section | dict | None, rung_below: list[BenchR
 
     "x rung below" compares a rung with the one below it in the problem's ladder, looked up in
     the section's rows and in ``rung_below`` (rows not shown, e.g. a rung the reader did not
-    select); blank when that rung was not timed. A variant outside the ladder (your own) is
-    compared with the variant listed before it."""
+    select); blank when that rung was not timed. A rung's other launch configuration
+    (``build.knobs``) is compared with the rung's default build; another variant outside the
+    ladder (your own) with the variant listed before it."""
     section = as_section(section)
     if section is None:
         return no_results("timing table")
@@ -164,6 +166,8 @@ def timing_table(section: records.Section | dict | None, rung_below: list[BenchR
                         key=lambda r: implementation_order(section, r.implementation)):
             rung = ladder.index(r.implementation) if r.implementation in ladder else -1
             below = previous if rung < 0 else timed.get(ladder[rung - 1]) if rung > 0 else None
+            if rung < 0 and knobs.rung_of(r.implementation) in ladder:  # a launch configuration: its default
+                below = timed.get(knobs.rung_of(r.implementation))
             body.append(_timing_row(r, below, peers, dated))
             previous = r if r.kind == "variant" else previous
     flagged = [f"{r.implementation} {r.direction}: {r.floor_note}" for r in rows if r.below_floor]

@@ -15,29 +15,39 @@ else at the record's own size; the cost model is drawn at any size, in the selec
 "x rung below" compares each selected rung with the rung below it in the ladder, which is
 timed (live) or looked up (recorded) even when it is not selected. A sweep shows every size
 the record holds (``bench --sweep`` rows), or live ``bench.SWEEP_SHAPES``, skipping what a
-sweep skips (``bench.hopeless_reason``, memory), drawn by ``charts.sweep_chart``. The block
-size of each rung is fixed in its kernel file, so there is no launch configuration to pick
-here: the launch note, shown once above the outputs, lists each rung's and says where to try
-another (your own variant, notebook 05).
+sweep skips (``bench.hopeless_reason``, memory), drawn by ``charts.sweep_chart``.
+
+Launch knobs: each rung declares its launch configuration (threads per block, loads in flight,
+rows per block, ...) as knobs at the top of its kernel file (``build.knobs``). Live, a
+configuration (``Selection.knobs``; in JupyterLab the knob controls and "build and time") is
+compiled on demand as its own extension, cached by its compiler flags
+(``build.load_extension(defines=...)``), and timed by ``records.measure_section`` through the
+same host code and eager path as the default build (``losslab.variant(..., knobs=...)``), its
+rows labelled ``"vectorized [THREADS=512, UNROLL=4]"`` beside the default rows; "x rung below"
+of such a row is against the rung's default build. Without a GPU the knobs section says what it
+would do and lists the defaults the recorded rows ran, never a number that was not measured. The
+Nsight Compute counters of the selected rungs (forward and backward) come from the record, each
+with what it says (``evidence.counters_table``).
 """
 from __future__ import annotations
 
 import dataclasses
 import html
-import re
+import sys
+import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from losslab import build, problems, records
+from losslab import problems, records
+from losslab.build import knobs
 from losslab.measure import bench
 from losslab.measure.peers import PEERS
-from losslab.present import charts, tables
-from losslab.present.html import Html
+from losslab.present import charts, evidence, tables
+from losslab.present.html import Html, table
 from losslab.present.results import bandwidth_gbps, measured_where
-
-_THREADS = re.compile(r"constexpr\s+int\s+THREADS\s*=\s*([^;]+);")
 
 # Peers whose backward row times almost nothing, because their forward already computed the
 # gradient: why, per problem (shown wherever such a row appears).
@@ -53,14 +63,16 @@ GRADIENT_IN_FORWARD = {
 
 
 def block_sizes(problem: str, variants: tuple[str, ...] | list[str]) -> dict[str, str]:
-    """Each rung's threads per block as its kernel file sets it (``constexpr int THREADS = ...``:
-    a number or an expression such as ``32 * WARPS``); rungs whose file sets none are left out."""
+    """Each rung's default threads per block, from the knobs its kernel file declares
+    (``build.knobs``): its THREADS knob, or ``32 x WARPS`` where it sets warps per block;
+    rungs with neither are left out."""
     found = {}
     for variant in variants:
-        path = build.KERNELS / problem / f"{variant}.cu"
-        match = _THREADS.search(path.read_text()) if path.is_file() else None
-        if match:
-            found[variant] = " ".join(match.group(1).split())
+        values = {k.name: k.default for k in knobs.knobs(problem, variant)}
+        if "THREADS" in values:
+            found[variant] = str(values["THREADS"])
+        elif "WARPS" in values:
+            found[variant] = f"{32 * values['WARPS']} (32 x WARPS={values['WARPS']})"
     return found
 
 
@@ -68,21 +80,41 @@ def launch_note(problem: str, variants: tuple[str, ...] | list[str]) -> str:
     """What the launch configuration of the selected rungs is, and where to change it."""
     sizes = block_sizes(problem, variants)
     listed = ", ".join(f"{v} {t}" for v, t in sizes.items())
-    return ("Launch configuration: each rung's threads per block are fixed in its kernel file at compile time"
-            + (f" ({listed})" if listed else "") + ", so there is none to pick here. To try another, copy the "
-            "rung's file into your own variant (notebook 05, custom.compile_variant) and change THREADS.")
+    return ("Launch configuration: each rung's threads per block are compile-time knobs of its kernel file"
+            + (f" (defaults: {listed})" if listed else "") + "; on a GPU the launch knobs below build and time "
+            "another configuration. For changes beyond the knobs, copy the rung's file into your own variant "
+            "(notebook 05, custom.compile_variant).")
 
 
 @dataclass(frozen=True)
 class Selection:
     """What to show: a problem, some of its variants, a size name and a dtype name; ``sweep``
-    adds the problem over several sizes (time and fraction of bandwidth against size)."""
+    adds the problem over several sizes (time and fraction of bandwidth against size);
+    ``knobs``: launch configurations to build and time beside the default rows (live), as
+    (rung, {knob: value}) pairs, e.g. ``[("vectorized", {"THREADS": 128}), ("vectorized",
+    {"THREADS": 512})]`` (stored as tuples)."""
 
     problem: str
     variants: tuple[str, ...]
     size: str
     dtype: str = "float32"
     sweep: bool = False
+    knobs: tuple = ()
+
+    def __post_init__(self):
+        object.__setattr__(self, "knobs", tuple(
+            (rung, tuple(values.items()) if isinstance(values, Mapping) else tuple(map(tuple, values)))
+            for rung, values in self.knobs))
+
+    def configs(self) -> list[knobs.Config]:
+        """The launch configurations of :attr:`knobs`, checked (duplicates once).
+
+        Raises:
+            ValueError: a rung, knob or value the problem does not have (one line naming it).
+        """
+        for rung, _ in self.knobs:
+            problems.get(self.problem).check_variant_name(rung)
+        return list(dict.fromkeys(knobs.config(self.problem, rung, dict(values)) for rung, values in self.knobs))
 
 
 class Explorer:
@@ -147,6 +179,30 @@ class Explorer:
             self.measurements += 1
         return self._measured[key]
 
+    def _measure_config(self, config: knobs.Config, shape: tuple[int, int], dtype: str) -> records.Section:
+        """One launch configuration timed as :meth:`_measure` times a rung: built first (its
+        compiler's progress and the build time on stderr), then ``records.measure_section``."""
+        from losslab import build
+        from losslab.measure.ceilings import measure_ceilings
+        from losslab.ops import variant
+
+        key = (config, shape, dtype, self.repeats)
+        if key not in self._measured:
+            if self._ceilings is None:
+                self._ceilings = measure_ceilings()
+            start = time.perf_counter()
+            print(f"losslab: {config.label}: building {build.extension_name(config.problem, config.defines)} "
+                  "(about a minute the first time, then cached) ...", file=sys.stderr, flush=True)
+            build.load_extension(config.problem, defines=config.defines)
+            print(f"losslab: {config.label}: built in {time.perf_counter() - start:.0f} s; timing ...",
+                  file=sys.stderr, flush=True)
+            fn = variant(config.problem, config.rung, knobs=dict(config.values))
+            self._measured[key] = records.measure_section(
+                config.problem, shape, variants=[fn], peers=(), dtypes=(dtype,), repeats=self.repeats, check=False,
+                ceilings=self._ceilings, progress=False)
+            self.measurements += 1
+        return self._measured[key]
+
     def section(self, sel: Selection) -> records.Section | None:
         """The selected variants and the peers as one section: measured now (only what is not
         cached) or filtered from the record; None when not live and nothing is recorded."""
@@ -161,8 +217,10 @@ class Explorer:
                 view, rows=[r for r in view.rows if r.kind == "peer" or r.implementation in sel.variants],
                 checks=[c for c in view.checks if c.variant in sel.variants])
         shape = tuple(spec.sizes[sel.size])
+        configs = [c for c in sel.configs() if getattr(torch, sel.dtype) in spec.dtypes(c.rung)]
         return records.combine([self._measure(sel.problem, impl, shape, sel.dtype)
-                                for impl in (*sel.variants, *self.peers)])
+                                for impl in (*sel.variants, *self.peers)]
+                               + [self._measure_config(c, shape, sel.dtype) for c in configs])
 
     def rung_below(self, sel: Selection, section: records.Section | None) -> list[records.BenchRow]:
         """The rows of each selected rung's rung below in the ladder that the selection leaves
@@ -252,6 +310,52 @@ class Explorer:
             return tables.cost_table(sel.problem, shape, dtype=sel.dtype)
         return tables.cost_table(sel.problem, shape, bandwidth_gbps(section), sel.dtype, measured_where(section))
 
+    def knobs_html(self, sel: Selection) -> Html:
+        """The launch knobs of the selected rungs: each knob, what it sets, its default and the
+        values offered, then what choosing one does (live) or would do (no GPU; the recorded rows
+        ran the defaults, and the banner-style note says whether the record ran these files)."""
+        declared = [k for v in sel.variants for k in knobs.knobs(sel.problem, v)]
+        rows = [[html.escape(k.rung), f"<code>{k.name}</code>", html.escape(k.meaning), str(k.default),
+                 " ".join(map(str, k.allowed))] for k in declared]
+        example = next((f'("{k.rung}", {{"{k.name}": {k.allowed[-1]}}})' for k in declared), "")
+        what = ("A configuration is compiled as its own extension with -DLOSSLAB_<PROBLEM>_<RUNG>_<KNOB>=<value> "
+                "(about a minute the first time, then cached by those flags), checked on the way by the kernel's "
+                "static_asserts, and timed exactly as the default rows, through the same host code; its rows are "
+                "labelled with the configuration (e.g. "
+                + (knobs.config(sel.problem, declared[0].rung).label if declared else "vectorized [THREADS=512]")
+                + ") and their \u00d7 rung below is against the rung's default build.")
+        if self.live:
+            asked = ", ".join(c.label for c in sel.configs()) or "none yet"
+            how = (f"Choose a configuration with the knob controls and 'build and time' (headless: "
+                   f"Selection(..., knobs=[{example}])). {what} Configurations timed here: {asked}.")
+        else:
+            section = self.recorded(sel.problem)
+            ran = ("No record to compare with." if section is None else
+                   f"The recorded rows ({section.device}, {section.date}) ran the defaults above"
+                   + (": the record was made from these kernel files." if section.is_fresh() else
+                      ", as the kernel files of that date set them: the sources changed since, so they may differ."))
+            asked = [c.label for c in sel.configs() if not c.is_default]
+            how = ("No GPU here: nothing is built or timed, and no number is shown for a configuration that was not "
+                   f"measured. On a GPU, {what[0].lower() + what[1:]} {ran}"
+                   + (f" Asked for, not timed here: {', '.join(asked)}." if asked else ""))
+        if not rows:
+            how = f"None of the selected rungs declares a launch knob. {how}"
+        body = table(["rung", "knob", "sets", "default", "offered"], rows, caption="Launch knobs (kernel files)",
+                     text_columns=3) if rows else ""
+        plain = "Launch knobs: " + "; ".join(f"{k.rung} {k.name}={k.default} ({k.meaning})" for k in declared)
+        return Html(f"<p><b>Launch knobs.</b> {html.escape(how)}</p>{body}", plain=f"{plain}\n{how}")
+
+    def counters_items(self, sel: Selection) -> list[Html]:
+        """The Nsight Compute counters of the selected rungs, forward and backward, from the
+        record (a live session runs no profiler), each with what it says; or one line."""
+        section = self.recorded(sel.problem)
+        text = ("Nsight Compute counters of the selected rungs, from the record"
+                + (f" ({section.device}, {section.date})" if section is not None else "")
+                + ": how each rung uses the GPU, which the times above only sum up.")
+        items = [Html(f"<p><b>Counters.</b> {html.escape(text)}</p>", plain=text)]
+        return items + [evidence.counters_table(section, d, rungs=sel.variants, meanings=True)
+                        for d in ("forward", "backward")]
+
     def roofline_figure(self, section: records.Section):
         """The roofline of ``section`` on a Figure made without pyplot (shown once per display)."""
         from matplotlib.figure import Figure
@@ -283,14 +387,15 @@ class Explorer:
     def render(self, sel: Selection) -> list:
         """The outputs of a selection, in order: the note, the cost model at the selected size
         and dtype, and (with results) the timing table, the explanation of a near-empty
-        backward where one appears, the bandwidth chart and the roofline; then the sweep if
-        ``sel.sweep``."""
+        backward where one appears, the bandwidth chart and the roofline; the launch knobs; the
+        recorded counters (an intro and a table per direction); then the sweep if ``sel.sweep``."""
         section = self.section(sel)
         items = [self.note(sel, section), self.cost_table(sel, section)]
         if section is not None and section.rows:
             items.append(tables.timing_table(section, self.rung_below(sel, section)))
             items += gradient_in_forward_notes(section.rows)
             items += [charts.bandwidth_chart(section), self.roofline_figure(section)]
+        items += [self.knobs_html(sel), *self.counters_items(sel)]
         if sel.sweep:
             items += self.sweep_items(sel)
         return items
@@ -306,7 +411,9 @@ class Explorer:
     def widget(self, sel: Selection):
         """Controls, the launch note (once, above the outputs) and an output area as tall as its
         content: a change reruns only what is new and replaces the outputs in place
-        (``clear_output(wait=True)``: no flicker)."""
+        (``clear_output(wait=True)``: no flicker). A row of launch-knob controls for one selected
+        rung: "build and time" adds that configuration to those shown (live; disabled without a
+        GPU, where the knobs section explains what it would do)."""
         import ipywidgets as w
         from IPython.display import display
 
@@ -321,16 +428,49 @@ class Explorer:
         out = w.Output()  # no fixed height: the page grows with the outputs instead of a scroll box
         launch = w.HTML(str(launch_html(sel.problem, spec.variants)), layout=w.Layout(width="420px"))
         updating = {"now": False}
+        # launch knobs: the controls of one rung's knobs; "build and time" adds a configuration (live)
+        tried = list(sel.knobs)
+        knob_rung_w = w.Dropdown(description="knobs of", disabled=not self.live)
+        knob_box = w.HBox()
+        build_w = w.Button(description="build and time", disabled=not self.live,
+                           tooltip="compile this configuration (cached) and time it" if self.live else "needs a GPU")
+
+        def knob_rungs():
+            return [v for v in variants_w.value if knobs.knobs(problem_w.value, v)]
+
+        def show_knobs(_=None):
+            rung = knob_rung_w.value
+            declared = knobs.knobs(problem_w.value, rung) if rung else ()
+            knob_box.children = [w.Dropdown(options=k.allowed, value=k.default, description=k.name,
+                                            disabled=not self.live, layout=w.Layout(width="180px"))
+                                 for k in declared]
+
+        def set_knob_rungs():
+            rungs = knob_rungs()
+            knob_rung_w.options = rungs
+            knob_rung_w.value = knob_rung_w.value if knob_rung_w.value in rungs else (rungs[-1] if rungs else None)
+            show_knobs()
 
         def refresh(_=None):
             if updating["now"]:
                 return
             self.repeats = repeats_w.value
-            current = Selection(problem_w.value, tuple(variants_w.value), size_w.value, dtype_w.value, sweep_w.value)
+            current = Selection(problem_w.value, tuple(variants_w.value), size_w.value, dtype_w.value, sweep_w.value,
+                                tuple(tried))
             with out:
                 out.clear_output(wait=True)
                 for item in self.render(current):
                     display(item)
+
+        def on_build(_):
+            if knob_rung_w.value is None:
+                return
+            tried.append((knob_rung_w.value, {c.description: c.value for c in knob_box.children}))
+            refresh()
+
+        def on_variants(_):
+            set_knob_rungs()
+            refresh()
 
         def on_problem(change):
             new = problems.get(change["new"])
@@ -340,15 +480,22 @@ class Explorer:
             size_w.value = sel.size if sel.size in new.sizes else "small"
             dtype_w.options, dtype_w.value = self.dtypes(new.name), "float32"
             launch.value = str(launch_html(new.name, new.variants))
+            tried.clear()
+            set_knob_rungs()
             updating["now"] = False
             refresh()
 
         problem_w.observe(on_problem, names="value")
-        for control in (variants_w, size_w, dtype_w, sweep_w, repeats_w):
+        variants_w.observe(on_variants, names="value")
+        for control in (size_w, dtype_w, sweep_w, repeats_w):
             control.observe(refresh, names="value")
+        knob_rung_w.observe(show_knobs, names="value")
+        build_w.on_click(on_build)
+        set_knob_rungs()
         refresh()
         return w.VBox([w.HBox([problem_w, size_w, dtype_w, sweep_w]),
-                       w.HBox([variants_w, w.VBox([repeats_w, launch])]), out])
+                       w.HBox([variants_w, w.VBox([repeats_w, launch])]),
+                       w.HBox([knob_rung_w, knob_box, build_w]), out])
 
 
 def launch_html(problem: str, variants: tuple[str, ...] | list[str]) -> Html:
