@@ -33,8 +33,9 @@ constexpr int64_t MAX_SLICE_BYTES = 200 * 1024;  // of the 227 KiB a CTA may hav
 
 // Tuning (cross_entropy_cluster_tune): the largest cluster tried, and the slice a CTA aims
 // for: 64 KiB leaves room for 3 CTAs per SM, so one CTA's loads overlap another's stores.
+constexpr int64_t DEFAULT_SLICE_BYTES = 64 * 1024;
 static int max_cluster_size = PORTABLE_CLUSTER;
-static int64_t target_slice_bytes = 64 * 1024;
+static int64_t target_slice_bytes = DEFAULT_SLICE_BYTES;
 
 // --- the bulk copy engine (TMA) and its barriers, in PTX -----------------------------------------
 
@@ -225,25 +226,22 @@ static cudaLaunchConfig_t cluster_config(int64_t N, const ClusterPlan& plan, cud
     return config;
 }
 
-// Whether the device can run clusters of plan's shape at all (once per process and dtype:
-// the kernel may then take the largest slice and non-portable cluster sizes).
+// Whether the current device can run clusters of plan's shape at all. Function attributes
+// are per device, so they are set here, for each new plan: the kernel may take the largest
+// slice and a non-portable cluster size.
 template <typename T>
 static bool schedulable(const ClusterPlan& plan) {
     auto kernel = cross_entropy_cluster_forward_kernel<T>;
-    static const cudaError_t allowed = [kernel] {
-        cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               int(MAX_SLICE_BYTES));
-        if (err == cudaSuccess) err = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-        if (err == cudaSuccess)
-            err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                       int(cudaSharedmemCarveoutMaxShared));
-        return err;
-    }();
+    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(MAX_SLICE_BYTES));
+    if (err == cudaSuccess) err = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    if (err == cudaSuccess)
+        err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                   int(cudaSharedmemCarveoutMaxShared));
     cudaLaunchAttribute attribute;
     const cudaLaunchConfig_t config = cluster_config(1, plan, nullptr, &attribute);
     int clusters = 0;
-    if (allowed == cudaSuccess && cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) == cudaSuccess)
-        return clusters > 0;
+    if (err == cudaSuccess) err = cudaOccupancyMaxActiveClusters(&clusters, kernel, &config);
+    if (err == cudaSuccess) return clusters > 0;
     cudaGetLastError();  // not sticky: clear it, so that fused's launch reports its own
     return false;
 }
@@ -296,6 +294,10 @@ ClusterPlan cross_entropy_cluster_plan(const void* logits, const void* grad_logi
 }
 
 cudaError_t cross_entropy_cluster_tune(int max_cluster, int64_t slice_bytes) {
+    if (max_cluster == 0 && slice_bytes == 0) {
+        max_cluster = PORTABLE_CLUSTER;
+        slice_bytes = DEFAULT_SLICE_BYTES;
+    }
     if (max_cluster < 1 || max_cluster > MAX_CLUSTER || slice_bytes < 16 || slice_bytes > MAX_SLICE_BYTES)
         return cudaErrorInvalidValue;
     max_cluster_size = max_cluster;

@@ -17,6 +17,6 @@ ClusterPlan cross_entropy_cluster_plan(const void* logits, const void* grad_logi
                                        DType dtype);
 
 // Tuning: clusters of at most `max_cluster` CTAs (1 to 16; above 8 is non-portable), each
-// aiming at `slice_bytes` of a row in shared memory (16 bytes to 200 KiB).
-// cudaErrorInvalidValue outside those ranges.
+// aiming at `slice_bytes` of a row in shared memory (16 bytes to 200 KiB); (0, 0) restores
+// the defaults (8, 64 KiB). cudaErrorInvalidValue outside those ranges.
 cudaError_t cross_entropy_cluster_tune(int max_cluster, int64_t slice_bytes);
