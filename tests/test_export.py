@@ -153,7 +153,8 @@ def build_env(tmp_path) -> dict:
 
 @pytest.mark.compile
 @pytest.mark.parametrize("problem, variant", [("kl_div", "warp_shuffle"), ("kl_div", "fused"),
-                                              ("cross_entropy", "vectorized"), ("cross_entropy", "fused")])
+                                              ("cross_entropy", "vectorized"), ("cross_entropy", "fused"),
+                                              ("cross_entropy", "cluster")])
 def test_exported_solution_builds_with_load_inline(tmp_path, problem, variant):
     """A few rungs, for sm_90 only, to keep it quick (about 10 s each); no GPU is needed to
     build and import, and importing fails on any launcher the binding misses."""

@@ -24,7 +24,11 @@
 
 namespace cg = cooperative_groups;
 
-constexpr int CLUSTER_THREADS = 256;
+// This file's names, in a namespace: an exported solution links fused.cu (with its own
+// THREADS) into the same translation unit.
+namespace cluster_rung {
+
+constexpr int THREADS = 256;
 constexpr int SLICE_COPIES = 4;          // bulk copies per slice, one barrier each: pass 1 starts on the first
 constexpr int MAX_CLUSTER = 16;          // the hardware's largest (non-portable) cluster
 constexpr int PORTABLE_CLUSTER = 8;
@@ -101,7 +105,7 @@ __device__ __forceinline__ SliceCopy slice_copy(int c, int count) {
 // [rank * slice_packs, ...) of the row's aligned middle, rank 0 the scalar head and
 // rank K - 1 the scalar tail (read from global memory in both passes).
 template <typename T>
-__global__ void __launch_bounds__(CLUSTER_THREADS)
+__global__ void __launch_bounds__(THREADS)
 cross_entropy_cluster_forward_kernel(const T* __restrict__ logits,         // (N, C)
                                      const int64_t* __restrict__ targets,  // (N,)
                                      const int64_t* __restrict__ counts,   // (2,) n_valid first
@@ -110,7 +114,7 @@ cross_entropy_cluster_forward_kernel(const T* __restrict__ logits,         // (N
                                      int64_t C, int slice_packs) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     constexpr int V = Pack<T>::size;
-    constexpr int WARPS = CLUSTER_THREADS / 32;
+    constexpr int WARPS = THREADS / 32;
     constexpr int UNROLL = 4;  // packs per thread per round of pass 1
     extern __shared__ __align__(16) uint4 slice[];  // this CTA's packs
     __shared__ uint64_t landed[SLICE_COPIES];
@@ -147,26 +151,26 @@ cross_entropy_cluster_forward_kernel(const T* __restrict__ logits,         // (N
     // Pass 1: the slice's (max, sum), copy by copy as each lands; the scalar ends from global.
     LogSumExp lse;
     if (rank == 0)
-        for (int64_t j = threadIdx.x; j < split.head; j += CLUSTER_THREADS) lse_add(lse, to_float(x[j]));
+        for (int64_t j = threadIdx.x; j < split.head; j += THREADS) lse_add(lse, to_float(x[j]));
     if (rank == K - 1)
-        for (int64_t j = tail + threadIdx.x; j < C; j += CLUSTER_THREADS) lse_add(lse, to_float(x[j]));
+        for (int64_t j = tail + threadIdx.x; j < C; j += THREADS) lse_add(lse, to_float(x[j]));
     for (int c = 0; c < SLICE_COPIES; ++c) {
         const SliceCopy p = slice_copy(c, count);
         if (p.end == p.begin) continue;
         barrier_wait(&landed[c]);
-        for (int k0 = p.begin + threadIdx.x; k0 < p.end; k0 += CLUSTER_THREADS * UNROLL) {
+        for (int k0 = p.begin + threadIdx.x; k0 < p.end; k0 += THREADS * UNROLL) {
             Pack<T> v[UNROLL];
             float m = -FLT_MAX;
 #pragma unroll
             for (int u = 0; u < UNROLL; ++u)
-                if (k0 + u * CLUSTER_THREADS < p.end) {
-                    v[u].raw = slice[k0 + u * CLUSTER_THREADS];
+                if (k0 + u * THREADS < p.end) {
+                    v[u].raw = slice[k0 + u * THREADS];
                     m = fmaxf(m, pack_max(v[u]));
                 }
             lse_raise_max(lse, m);
 #pragma unroll
             for (int u = 0; u < UNROLL; ++u)
-                if (k0 + u * CLUSTER_THREADS < p.end) lse.sum += pack_sum_exp(v[u], lse.max);
+                if (k0 + u * THREADS < p.end) lse.sum += pack_sum_exp(v[u], lse.max);
         }
     }
 
@@ -194,17 +198,17 @@ cross_entropy_cluster_forward_kernel(const T* __restrict__ logits,         // (N
 
     // Pass 2: the gradient from shared memory, 16-byte stores.
 #pragma unroll 4
-    for (int k = threadIdx.x; k < count; k += CLUSTER_THREADS) {
+    for (int k = threadIdx.x; k < count; k += THREADS) {
         Pack<T> v;
         v.raw = slice[k];
         const int64_t pack = first + k;
         store_16(gv + V * pack, grad_pack(v, split.head + V * pack, target, row_lse.max, log_sum, scale).raw);
     }
     if (rank == 0)
-        for (int64_t j = threadIdx.x; j < split.head; j += CLUSTER_THREADS)
+        for (int64_t j = threadIdx.x; j < split.head; j += THREADS)
             g[j] = from_float<T>(cross_entropy_grad(to_float(x[j]), j, target, row_lse.max, log_sum, scale));
     if (rank == K - 1)
-        for (int64_t j = tail + threadIdx.x; j < C; j += CLUSTER_THREADS)
+        for (int64_t j = tail + threadIdx.x; j < C; j += THREADS)
             g[j] = from_float<T>(cross_entropy_grad(to_float(x[j]), j, target, row_lse.max, log_sum, scale));
 #endif
 }
@@ -215,7 +219,7 @@ static cudaLaunchConfig_t cluster_config(int64_t N, const ClusterPlan& plan, cud
                                          cudaLaunchAttribute* attribute) {
     cudaLaunchConfig_t config = {};
     config.gridDim = dim3(unsigned(N * plan.cluster_size));
-    config.blockDim = dim3(CLUSTER_THREADS);
+    config.blockDim = dim3(THREADS);
     config.dynamicSmemBytes = size_t(plan.slice_packs) * 16;
     config.stream = stream;
     attribute->id = cudaLaunchAttributeClusterDimension;
@@ -265,8 +269,11 @@ static ClusterPlan make_plan(int device, bool aligned, int64_t N, int64_t C, DTy
     return ok ? plan : ClusterPlan{0, 0, "the device cannot schedule a cluster of this size"};
 }
 
+}  // namespace cluster_rung
+
 ClusterPlan cross_entropy_cluster_plan(const void* logits, const void* grad_logits, int64_t N, int64_t C,
                                        DType dtype) {
+    using namespace cluster_rung;
     // The last plan, for the last arguments (a training loop asks for the same one each step).
     struct Key {
         int device, max_cluster;
@@ -294,6 +301,7 @@ ClusterPlan cross_entropy_cluster_plan(const void* logits, const void* grad_logi
 }
 
 cudaError_t cross_entropy_cluster_tune(int max_cluster, int64_t slice_bytes) {
+    using namespace cluster_rung;
     if (max_cluster == 0 && slice_bytes == 0) {
         max_cluster = PORTABLE_CLUSTER;
         slice_bytes = DEFAULT_SLICE_BYTES;
@@ -310,6 +318,7 @@ cudaError_t cross_entropy_cluster_forward(const void* logits, const int64_t* tar
                                           float* row_losses, float* row_max, float* row_log_sum, float* loss,
                                           void* grad_logits, int64_t N, int64_t C, DType dtype,
                                           cudaStream_t stream) {
+    using namespace cluster_rung;
     if (grad_logits == nullptr) return cudaErrorInvalidValue;
     const ClusterPlan plan = cross_entropy_cluster_plan(logits, grad_logits, N, C, dtype);
     if (plan.fallback)
