@@ -90,6 +90,12 @@ def test_host_code_is_the_packages_own(problem):
         assert inspect.getsource(function) in text
 
 
+def test_a_rung_that_falls_back_links_the_rung_it_falls_back_to():
+    names = [path.name for path in export.kernel_files("cross_entropy", "cluster")]
+    assert names[:2] == ["cluster.cu", "fused.cu"]
+    assert "fused.cu" not in [path.name for path in export.kernel_files("cross_entropy", "vectorized")]
+
+
 def test_inlining_takes_each_header_once(tmp_path):
     (tmp_path / "a.cuh").write_text('#pragma once\nint a;\n')
     (tmp_path / "b.cuh").write_text('#pragma once\n#include "a.cuh"\nint b;\n')
