@@ -13,15 +13,17 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 import torch
 
-import losslab
-from losslab import build, problems
-from losslab.measure import check
-from losslab.measure.timing import flush_buffer, time_cuda
-from losslab.problems import misaligned_view
-from losslab.problems.cross_entropy import IGNORE_INDEX, cluster_plan
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's losslab, installed or not
+import losslab  # noqa: E402
+from losslab import build, problems  # noqa: E402
+from losslab.measure import check  # noqa: E402
+from losslab.measure.timing import flush_buffer, time_cuda  # noqa: E402
+from losslab.problems import misaligned_view  # noqa: E402
+from losslab.problems.cross_entropy import IGNORE_INDEX, cluster_plan  # noqa: E402
 
 SPEC = problems.get("cross_entropy")
 DEFAULT_TUNING = (0, 0)  # cluster_tune's: cluster.cu's defaults (clusters of up to 8, 64 KiB slices)
