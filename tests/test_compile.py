@@ -18,6 +18,12 @@ SASS_SIGNS = {
     "warp_shuffle": ({r"SHFL\.BFLY"}, {r"LDG\.E\.128"}),
     "vectorized": ({r"LDG\.E\.128", r"SHFL\.BFLY"}, set()),
     "fused": ({r"LDG\.E\.128", r"STG\.E\.128"}, set()),
+    # cross_entropy's cluster: the slice comes by bulk copy (UBLKCP) with an mbarrier wait
+    # (SYNCS), not by vector loads; the cluster barrier (UCGABAR); the write into another
+    # CTA's shared memory is a generic 64-bit store into the cluster's shared window (nvcc 13
+    # lowers mapa to a PRMT of the rank into the address, no MAPA); the gradient from LDS.128.
+    "cluster": ({r"UBLKCP\.S\.G", r"SYNCS\.PHASECHK\.TRANS64\.TRYWAIT", r"UCGABAR_ARV", r"UCGABAR_WAIT",
+                 r"SR_SWINHI", r"\bST\.E\.64\b", r"LDS\.128", r"STG\.E\.128"}, {r"LDG\.E\.128"}),
 }
 SOURCES = [(p, s) for p in problems.names() for s in sorted((build.KERNELS / p).glob("*.cu"))]
 SOURCES += [("common", s) for s in sorted((build.KERNELS / "common").glob("*.cu"))]

@@ -17,7 +17,8 @@ import torch.nn.functional as F
 import losslab
 from losslab import build, problems
 from losslab.measure import check
-from losslab.problems.cross_entropy import IGNORE_INDEX, check_targets, out_of_range_message
+from losslab.problems import misaligned_view
+from losslab.problems.cross_entropy import IGNORE_INDEX, check_targets, cluster_plan, out_of_range_message
 
 CE = problems.get("cross_entropy")
 VARIANTS = CE.variants
@@ -229,23 +230,24 @@ def test_out_of_range_target_gives_nan_check_targets_raises_and_cuda_still_works
 @pytest.mark.gpu
 @requires_gpu
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_kernels_give_nan_only_on_the_out_of_range_row(variant):
+@pytest.mark.parametrize("shape", [(33, 1023), (12, 40003)])  # the second: rows the cluster rung splits
+def test_kernels_give_nan_only_on_the_out_of_range_row(variant, shape):
     # That row's loss and gradient are NaN, nothing is read out of bounds, the other rows
     # are untouched (compute-sanitizer in test_variants_gpu.py checks the bounds).
-    x, t = CE.make_inputs((33, 1023), seed=0)
+    x, t = CE.make_inputs(shape, seed=0)
     grad_loss = torch.tensor(1.0, device="cuda")
     ignored = t.clone()
     ignored[7] = IGNORE_INDEX  # the same n_valid as with the bad target, which is not valid either
     _, saved = CE.launch_forward(variant, (x, ignored), needs_grad=True)
     grad = CE.launch_backward(variant, saved, grad_loss)
     bad = t.clone()
-    bad[7] = 1023
+    bad[7] = shape[1]
     out = torch.zeros((), device="cuda")
     _, bad_saved = CE.launch_forward(variant, (x, bad), out=out, needs_grad=True)
     bad_grad = CE.launch_backward(variant, bad_saved, grad_loss)
     assert out.isnan()
     assert bad_grad[7].isnan().all()
-    others = torch.arange(33, device="cuda") != 7
+    others = torch.arange(shape[0], device="cuda") != 7
     assert torch.equal(bad_grad[others], grad[others])
     torch.cuda.synchronize()
 
@@ -361,3 +363,88 @@ def test_fused_inference_writes_no_gradient():
         loss = fused(x.requires_grad_(True), t)
     assert torch.cuda.max_memory_allocated() - before < x.numel() * 4  # no gradient buffer
     torch.testing.assert_close(loss, F.cross_entropy(x.detach(), t), rtol=1e-5, atol=0)
+
+
+# -- gpu tier: the cluster rung, on rows it splits and where it falls back to fused ----------------
+
+def has_clusters() -> bool:
+    return torch.cuda.get_device_capability()[0] >= 9
+
+
+def assert_passed(results):
+    failed = [r for r in results if not r.passed]
+    assert not failed, "\n" + check.check_table_text(failed)
+
+
+@pytest.fixture
+def small_slices():
+    """cluster_tune(8, 4096): rows of 40003 floats split over 8 CTAs, so the edge cases run
+    on split rows at a small size; the defaults come back afterwards."""
+    ext = build.load_extension("cross_entropy")
+    ext.cluster_tune(8, 4096)
+    yield
+    ext.cluster_tune(0, 0)
+
+
+@pytest.mark.gpu
+@requires_gpu
+@pytest.mark.parametrize("dtype", [torch.float32, *HALF])
+@pytest.mark.parametrize("shape", [(64, 131072), (4, 100003), (3, 262144)])
+def test_cluster_splits_long_rows_and_matches_float64(shape, dtype):
+    x = torch.empty(shape, device="cuda", dtype=dtype)
+    ctas, slice_bytes, why = cluster_plan(x)
+    if has_clusters():
+        assert ctas > 1 and not why, why  # the row is split: these sizes exercise the cluster path
+        assert (ctas - 1) * slice_bytes < shape[1] * x.element_size() <= ctas * slice_bytes + 16
+    else:
+        assert ctas == 0 and "sm_90" in why
+    assert_passed(check.check_variant("cross_entropy", "cluster", shape, dtype=dtype, seed=11))
+
+
+def cluster_edge_cases() -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    x, t = CE.make_inputs((12, 40003), seed=2)
+    ignored = t.clone()
+    ignored[::3] = IGNORE_INDEX
+    huge = (x * 2 - 1) * 1e4
+    huge_t = t.clone()
+    huge_t[::2] = huge[::2].argmax(-1)
+    x_nan = x.clone()
+    x_nan[3, 17] = float("nan")  # in rank 0's slice
+    x_nan[5, 39000] = float("nan")  # in the last rank's
+    return {"some rows ignored": (x, ignored), "every row ignored": (x, torch.full_like(t, IGNORE_INDEX)),
+            "logits of +-1e4": (huge, huge_t), "NaN in two logits": (x_nan, t),
+            "rows at odd offsets": CE.make_inputs((9, 40001), seed=4)}
+
+
+@pytest.mark.gpu
+@requires_gpu
+@pytest.mark.parametrize("case", ["some rows ignored", "every row ignored", "logits of +-1e4", "NaN in two logits",
+                                  "rows at odd offsets"])
+def test_cluster_edge_cases_on_split_rows(small_slices, case):
+    inputs = cluster_edge_cases()[case]
+    if has_clusters():
+        assert cluster_plan(inputs[0])[0] == 8
+    assert_passed(check.check_inputs("cross_entropy", "cluster", inputs, case))
+
+
+@pytest.mark.gpu
+@requires_gpu
+def test_cluster_falls_back_to_fused_and_says_why():
+    """Where no cluster applies the cluster rung runs fused's kernels: bitwise fused's results."""
+    short = torch.empty(8, 4096, device="cuda")
+    wide = torch.empty(2, 40004, device="cuda")
+    huge = torch.empty(1, 600_000, device="cuda")  # 2.4 MB: more than 8 CTAs x 200 KiB
+    cases = {"a row fits fused's registers": short, "not at the logits' offset": misaligned_view(wide, 1, 40003),
+             "larger than the cluster's shared memory": huge}
+    for expected, x in cases.items():
+        ctas, _, why = cluster_plan(x)
+        assert ctas == 0 and (expected in why if has_clusters() else "sm_90" in why), why
+    for x, t in [CE.make_inputs((8, 4096), seed=5), (misaligned_view(CE.make_inputs((2, 40004), seed=6)[0], 1, 40003),
+                                                     torch.tensor([7], device="cuda"))]:
+        results = []
+        for rung in ("fused", "cluster"):
+            leaf = x.detach().requires_grad_(True)
+            loss = losslab.variant("cross_entropy", rung)(leaf, t)
+            loss.backward()
+            results.append((loss.detach(), leaf.grad))
+        assert torch.equal(results[0][0], results[1][0]) and torch.equal(results[0][1], results[1][1])

@@ -90,6 +90,12 @@ def test_host_code_is_the_packages_own(problem):
         assert inspect.getsource(function) in text
 
 
+def test_a_rung_that_falls_back_links_the_rung_it_falls_back_to():
+    names = [path.name for path in export.kernel_files("cross_entropy", "cluster")]
+    assert names[:2] == ["cluster.cu", "fused.cu"]
+    assert "fused.cu" not in [path.name for path in export.kernel_files("cross_entropy", "vectorized")]
+
+
 def test_inlining_takes_each_header_once(tmp_path):
     (tmp_path / "a.cuh").write_text('#pragma once\nint a;\n')
     (tmp_path / "b.cuh").write_text('#pragma once\n#include "a.cuh"\nint b;\n')
@@ -153,7 +159,8 @@ def build_env(tmp_path) -> dict:
 
 @pytest.mark.compile
 @pytest.mark.parametrize("problem, variant", [("kl_div", "warp_shuffle"), ("kl_div", "fused"),
-                                              ("cross_entropy", "vectorized"), ("cross_entropy", "fused")])
+                                              ("cross_entropy", "vectorized"), ("cross_entropy", "fused"),
+                                              ("cross_entropy", "cluster")])
 def test_exported_solution_builds_with_load_inline(tmp_path, problem, variant):
     """A few rungs, for sm_90 only, to keep it quick (about 10 s each); no GPU is needed to
     build and import, and importing fails on any launcher the binding misses."""

@@ -135,6 +135,15 @@ def test_rung_lookup_and_forward_launcher():
         spec.rung("turbo")
 
 
+def test_cluster_tops_cross_entropy_only_and_falls_back_to_fused():
+    assert problems.get("kl_div").variants[-1] == "fused"  # 16 KiB rows at its seed size: nothing to split
+    variants = problems.get("cross_entropy").variants
+    cluster = problems.get("cross_entropy").rung("cluster")
+    assert variants[-2:] == ("fused", "cluster") and cluster.falls_back_to == "fused"
+    assert cluster.forward_launcher(needs_grad=True) == ("cluster_forward", True)
+    assert cluster.forward_launcher(needs_grad=False) == ("vectorized_forward", False)
+
+
 def test_problems_load_without_importlib():
     """problems.get is a plain dict lookup (torch.compile traces through it)."""
     import ast

@@ -43,7 +43,7 @@ typedef cudaError_t cross_entropy_backward_fn(
     int64_t N, int64_t C, DType dtype, cudaStream_t stream);
 
 // The rungs, in ladder order (an X-macro: the binding binds each one).
-#define CROSS_ENTROPY_RUNGS(X) X(naive) X(shared_memory) X(warp_shuffle) X(vectorized) X(fused)
+#define CROSS_ENTROPY_RUNGS(X) X(naive) X(shared_memory) X(warp_shuffle) X(vectorized) X(fused) X(cluster)
 #define CROSS_ENTROPY_DECLARE(rung)                                 \
     cross_entropy_forward_fn cross_entropy_##rung##_forward;       \
     cross_entropy_backward_fn cross_entropy_##rung##_backward;

@@ -77,16 +77,18 @@ def inline_includes(path: Path, seen: set[Path] | None = None) -> str:
 
 
 def kernel_files(problem: str, variant: str) -> list[Path]:
-    """The ``.cu`` files one rung needs: its own, the problem's files that are not a rung
-    (stages such as ``cross_entropy/valid_mean.cu``) and ``kernels/common/*.cu``.
+    """The ``.cu`` files one rung needs: its own, that of the rung it falls back to (if
+    any), the problem's files that are not a rung (stages such as
+    ``cross_entropy/valid_mean.cu``) and ``kernels/common/*.cu``.
 
     Raises:
         ValueError: unknown problem or variant.
     """
     spec = problems.get(problem)
-    spec.check_variant_name(variant)
+    rung = spec.rung(variant)
+    rungs = [variant] + ([rung.falls_back_to] if rung.falls_back_to else [])
     stages = [p for p in sorted((KERNELS / problem).glob("*.cu")) if p.stem not in spec.variants]
-    return [KERNELS / problem / f"{variant}.cu", *stages, *sorted((KERNELS / "common").glob("*.cu"))]
+    return [*(KERNELS / problem / f"{r}.cu" for r in rungs), *stages, *sorted((KERNELS / "common").glob("*.cu"))]
 
 
 def cuda_source(problem: str, variant: str) -> str:

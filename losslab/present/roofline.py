@@ -86,7 +86,8 @@ def points(section: records.Section | dict, directions: tuple[str, ...] = DIRECT
 # --- the plot ---------------------------------------------------------------
 
 COLORS = {"naive": "tab:red", "shared_memory": "tab:orange", "warp_shuffle": "tab:olive",
-          "vectorized": "tab:green", "fused": "tab:blue", "eager": "0.35", "compile": "tab:purple"}
+          "vectorized": "tab:green", "fused": "tab:blue", "cluster": "tab:cyan", "eager": "0.35",
+          "compile": "tab:purple"}
 MARKERS = {"forward": "o", "backward": "s", "forward_backward": "^"}
 SHORT = {"forward": "fwd", "backward": "bwd", "forward_backward": "fwd+bwd"}
 

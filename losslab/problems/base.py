@@ -28,12 +28,16 @@ class Rung:
         inference: the rung whose forward runs when no gradient will be needed (a rung
             that writes its gradient in the forward needs a buffer for it; inference
             should not pay for one). None: its own.
+        falls_back_to: the rung whose launchers this rung's call where its kernels do not
+            apply (cross_entropy's cluster on a device without clusters runs fused's):
+            its ``.cu`` is linked with this rung's wherever the rung is built alone.
     """
 
     name: str
     dtypes: tuple[torch.dtype, ...] = FLOAT32
     writes_grad_in_forward: bool = False
     inference: str | None = None
+    falls_back_to: str | None = None
 
     @property
     def forward(self) -> str:

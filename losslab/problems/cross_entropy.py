@@ -15,7 +15,9 @@ The forward keeps O(N) floats for the backward: each row's log-sum-exp, as its
 max and the log of sum(exp(x - max)) (kept apart so that x - logsumexp loses
 no precision when the logits are large), never the (N, C) softmax. The
 ``fused`` rung, when a gradient will be needed, instead writes the gradient in
-its forward (one read of the logits) and keeps only that.
+its forward (one read of the logits) and keeps only that; ``cluster`` does the same
+for rows too long for one SM, each row split over a thread-block cluster (sm_90), and
+runs fused's kernels where a cluster does not apply (:func:`cluster_plan` says why).
 """
 from __future__ import annotations
 
@@ -25,8 +27,8 @@ import torch
 import torch.nn.functional as F
 
 from losslab import build
-from losslab.problems.base import HALF_AND_FLOAT, Cost, Problem, misaligned_view
-from losslab.problems.launch import forward_gradient, gradient_buffer, launch
+from losslab.problems.base import HALF_AND_FLOAT, LADDER, Cost, Problem, Rung, misaligned_view
+from losslab.problems.launch import DTYPE_CODES, forward_gradient, gradient_buffer, launch
 from losslab.validation import require_cuda, require_tensor
 
 KNOWN_DTYPES = HALF_AND_FLOAT  # what validate lets through to check_dtype
@@ -76,6 +78,9 @@ def check_targets(targets: torch.Tensor, num_classes: int) -> None:
 class CrossEntropy(Problem):
     name = "cross_entropy"
     input_names = ("predictions", "targets")
+    # The ladder, and cluster above fused: fused's one pass for rows too long for one SM.
+    rungs = (*LADDER, Rung("cluster", dtypes=HALF_AND_FLOAT, writes_grad_in_forward=True, inference="vectorized",
+                           falls_back_to="fused"))
     sizes = {
         "seed": (32768, 4096),  # 512 MiB of logits
         "small": (128, 4096),
@@ -286,6 +291,22 @@ def backward(ext, launcher: str, grad_in_forward: bool, saved: Sequence[torch.Te
 
 
 PROBLEM = CrossEntropy()
+
+
+def cluster_plan(predictions: torch.Tensor, grad: torch.Tensor | None = None) -> tuple[int, int, str]:
+    """How the ``cluster`` rung splits the rows of ``predictions`` (kernels/cross_entropy/cluster.cu).
+
+    Args:
+        predictions: (N, C) contiguous logits, float32/bfloat16/float16, on a CUDA device.
+        grad: the buffer its gradient goes to (default: a fresh one, which is 16-byte aligned).
+    Returns (CTAs per row, bytes of a row per CTA, ""), or (0, 0, why fused's kernels run
+    instead), as the launcher decides it on ``predictions``' device.
+    """
+    rows, cols = predictions.shape
+    address = 0 if grad is None else grad.data_ptr()  # the plan reads its offset from 16 bytes
+    with torch.cuda.device(predictions.device):
+        return build.load_extension("cross_entropy").cluster_plan(predictions.data_ptr(), address, rows, cols,
+                                                                  DTYPE_CODES[predictions.dtype])
 
 
 # --- PyTorch's options (losslab.nn.functional.cross_entropy): vectorized and fused only ---------
