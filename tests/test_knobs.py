@@ -18,7 +18,7 @@ DEFAULTS = {
     ("kl_div", "fused"): {"THREADS": 256, "UNROLL": 4},
     ("cross_entropy", "naive"): {"THREADS": 256}, ("cross_entropy", "shared_memory"): {"THREADS": 256},
     ("cross_entropy", "warp_shuffle"): {"THREADS": 256}, ("cross_entropy", "vectorized"): {"WARPS": 4, "UNROLL": 8},
-    ("cross_entropy", "fused"): {"THREADS": 128, "TILE": 8},
+    ("cross_entropy", "fused"): {"THREADS": 128, "TILE": 8}, ("cross_entropy", "cluster"): {"THREADS": 256},
 }
 THREADS_128 = (("LOSSLAB_KL_DIV_VECTORIZED_THREADS", 128),)
 

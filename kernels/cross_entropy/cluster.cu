@@ -28,7 +28,13 @@ namespace cg = cooperative_groups;
 // THREADS) into the same translation unit.
 namespace cluster_rung {
 
-constexpr int THREADS = 256;
+// Launch knobs (losslab/build/knobs.py): -DLOSSLAB_CROSS_ENTROPY_CLUSTER_<KNOB>=<value> builds another one.
+#ifndef LOSSLAB_CROSS_ENTROPY_CLUSTER_THREADS
+#define LOSSLAB_CROSS_ENTROPY_CLUSTER_THREADS 256  // threads per CTA, one slice each: 128 256 512 1024
+#endif
+constexpr int THREADS = LOSSLAB_CROSS_ENTROPY_CLUSTER_THREADS;
+static_assert(THREADS >= 32 && THREADS <= 1024 && THREADS % 32 == 0,
+              "LOSSLAB_CROSS_ENTROPY_CLUSTER_THREADS: a multiple of 32 from 32 to 1024 (whole warps)");
 constexpr int SLICE_COPIES = 4;          // bulk copies per slice, one barrier each: pass 1 starts on the first
 constexpr int MAX_CLUSTER = 16;          // the hardware's largest (non-portable) cluster
 constexpr int PORTABLE_CLUSTER = 8;
