@@ -12,7 +12,7 @@ through a loss and CUDA graphs capture it (no operator waits for the host):
 ``losslab::<problem>_<rung>_forward(Tensor predictions, Tensor targets) -> (loss, *state)``
     the loss (0-d, the predictions' dtype) and what the backward needs besides the inputs
     (the problem's ``empty_state``: nothing for kl_div; for cross_entropy ``stats``, one
-    float32 tensor holding the target counts and each row's max and log-sum). A rung that
+    float32 tensor holding the target counts, the row losses and each row's max and log-sum). A rung that
     writes its gradient in the forward runs its inference rung's kernels here.
 ``losslab::<problem>_<rung>_backward(Tensor predictions, Tensor targets, *state, Tensor grad_loss) -> Tensor``
     dloss/dpredictions, a fresh tensor.
@@ -75,16 +75,18 @@ def _define(name: str, schema: str, kernel: Callable, fake: Callable) -> torch._
     return getattr(getattr(torch.ops, NAMESPACE), name).default
 
 
-def _extension(problem: str) -> Callable[[], object]:
-    """The problem's built extension, looked up once (the build happens at the first call)."""
-    cache: list = []
+def _launchers(problem: str) -> Callable[[str], Callable[..., None]]:
+    """``bound(name)``: the problem's bound launcher ``name``, looked up once (the extension
+    is built at the first call): no attribute lookup per call."""
+    found: dict[str, Callable[..., None]] = {}
 
-    def get():
-        if not cache:
-            cache.append(build.load_extension(problem))
-        return cache[0]
+    def bound(name: str) -> Callable[..., None]:
+        launcher = found.get(name)
+        if launcher is None:
+            launcher = found[name] = getattr(build.load_extension(problem), name)
+        return launcher
 
-    return get
+    return bound
 
 
 class RungOps:
@@ -92,7 +94,7 @@ class RungOps:
 
     def __init__(self, spec: problems.Problem, rung: problems.Rung):
         self.spec, self.rung = spec, rung
-        host, ext = _host(spec), _extension(spec.name)
+        host, bound = _host(spec), _launchers(spec.name)
         prefix = f"{spec.name}_{rung.name}"
         inputs = ", ".join(f"Tensor {name}" for name in spec.input_names)
         state = [f"Tensor {name}" for name in getattr(host, "STATE_NAMES", ())]
@@ -103,11 +105,11 @@ class RungOps:
             else rung.backward
 
         def forward_kernel(*args):
-            loss, saved = host.forward(ext(), forward_launcher, False, *args)
+            loss, saved = host.forward(bound(forward_launcher), False, *args)
             return (loss, *saved[len(args):]) if self.state_size else loss
 
-        def infer(*args):
-            return host.forward(ext(), forward_launcher, False, *args)[0]
+        def infer(*args):  # the loss alone: no state for a backward (one allocation)
+            return host.forward(bound(forward_launcher), False, *args, state=False)[0]
 
         def forward_fake(*args):
             loss = args[0].new_empty(())
@@ -117,7 +119,7 @@ class RungOps:
         def backward_kernel(*args):
             *saved, grad_loss = args
             saved = [x.contiguous() for x in saved]  # the inputs as the caller passed them
-            return host.backward(ext(), backward_launcher, False, saved, grad_loss)
+            return host.backward(bound(backward_launcher), False, saved, grad_loss)
 
         def backward_fake(*args):
             return torch.empty_like(args[0], memory_format=torch.contiguous_format)
@@ -130,14 +132,14 @@ class RungOps:
         self.forward_grad = None
         if rung.writes_grad_in_forward:
             def forward_grad_kernel(*args):
-                loss, (grad,) = host.forward(ext(), rung.forward, True, *args)
+                loss, (grad,) = host.forward(bound(rung.forward), True, *args)
                 return loss, grad
 
             def forward_grad_fake(*args):
                 return args[0].new_empty(()), torch.empty_like(args[0], memory_format=torch.contiguous_format)
 
             def scale_kernel(grad, grad_loss):
-                host.backward(ext(), rung.backward, True, (grad,), grad_loss)
+                host.backward(bound(rung.backward), True, (grad,), grad_loss)
 
             self.forward_grad_kernel, self.scale_kernel = forward_grad_kernel, scale_kernel
             self.forward_grad = _define(f"{prefix}_forward_grad", f"({inputs}) -> (Tensor, Tensor)",
