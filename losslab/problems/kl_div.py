@@ -150,15 +150,15 @@ def forward(launcher: Callable[..., None], write_grad: bool, predictions: torch.
     """
     predictions, targets = predictions.contiguous(), targets.contiguous()
     rows, cols = predictions.shape
-    dtype = predictions.dtype
+    dtype, device = predictions.dtype, predictions.device
     # One allocation, in the inputs' dtype: the loss in its first 16 bytes, then the row
     # partials and the launcher's 16 bytes (launchers.h). At small sizes each torch.empty
     # is a sizeable part of a call's host time.
-    work = torch.empty((32 + 4 * rows) // predictions.element_size(), device=predictions.device, dtype=dtype)
+    work = torch.empty((32 + 4 * rows) // predictions.element_size(), device=device, dtype=dtype)
     direct = out is not None and out.dtype is dtype
     loss = out if direct else work[0]
     grad = gradient_buffer(predictions, grad_out) if write_grad else None
-    launch_values(launcher, predictions.device, predictions.data_ptr(), targets.data_ptr(), work.data_ptr() + 16,
+    launch_values(launcher, device, predictions.data_ptr(), targets.data_ptr(), work.data_ptr() + 16,
                   loss.data_ptr(), 0 if grad is None else grad.data_ptr(), rows, cols, DTYPE_CODES[dtype])
     saved = (predictions, targets) if grad is None else (grad,)
     if out is not None and not direct:
