@@ -12,7 +12,7 @@ through a loss and CUDA graphs capture it (no operator waits for the host):
 ``losslab::<problem>_<rung>_forward(Tensor predictions, Tensor targets) -> (loss, *state)``
     the loss (0-d, the predictions' dtype) and what the backward needs besides the inputs
     (the problem's ``empty_state``: nothing for kl_div; for cross_entropy ``stats``, one
-    float32 tensor holding the target counts and each row's max and log-sum). A rung that
+    float32 tensor holding the target counts, the row losses and each row's max and log-sum). A rung that
     writes its gradient in the forward runs its inference rung's kernels here.
 ``losslab::<problem>_<rung>_backward(Tensor predictions, Tensor targets, *state, Tensor grad_loss) -> Tensor``
     dloss/dpredictions, a fresh tensor.
@@ -43,6 +43,7 @@ call late where nothing waits, and inside a CUDA graph a copy that replays with 
 """
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from collections.abc import Callable, Mapping
@@ -75,17 +76,18 @@ def _define(name: str, schema: str, kernel: Callable, fake: Callable) -> torch._
     return getattr(getattr(torch.ops, NAMESPACE), name).default
 
 
-def _extension(problem: str, defines: tuple[tuple[str, int], ...] = ()) -> Callable[[], object]:
-    """The problem's built extension (with ``defines``: another launch configuration), looked up
-    once (the build happens at the first call)."""
-    cache: list = []
+def _launchers(extension: Callable[[], object]) -> Callable[[str], Callable[..., None]]:
+    """``bound(name)``: launcher ``name`` of the extension ``extension()`` returns, looked up
+    once (the extension is built at the first call): no attribute lookup per call."""
+    found: dict[str, Callable[..., None]] = {}
 
-    def get():
-        if not cache:
-            cache.append(build.load_extension(problem, defines=defines))
-        return cache[0]
+    def bound(name: str) -> Callable[..., None]:
+        launcher = found.get(name)
+        if launcher is None:
+            launcher = found[name] = getattr(extension(), name)
+        return launcher
 
-    return get
+    return bound
 
 
 class RungOps:
@@ -98,7 +100,8 @@ class RungOps:
 
     def __init__(self, spec: problems.Problem, rung: problems.Rung, extension: Callable[[], object] | None = None):
         self.spec, self.rung = spec, rung
-        host, ext = _host(spec), extension or _extension(spec.name)
+        host = _host(spec)
+        bound = _launchers(extension or functools.partial(build.load_extension, spec.name))
         prefix = f"{spec.name}_{rung.name}"
         inputs = ", ".join(f"Tensor {name}" for name in spec.input_names)
         state = [f"Tensor {name}" for name in getattr(host, "STATE_NAMES", ())]
@@ -109,11 +112,11 @@ class RungOps:
             else rung.backward
 
         def forward_kernel(*args):
-            loss, saved = host.forward(ext(), forward_launcher, False, *args)
+            loss, saved = host.forward(bound(forward_launcher), False, *args)
             return (loss, *saved[len(args):]) if self.state_size else loss
 
-        def infer(*args):
-            return host.forward(ext(), forward_launcher, False, *args)[0]
+        def infer(*args):  # the loss alone: no state for a backward (one allocation)
+            return host.forward(bound(forward_launcher), False, *args, state=False)[0]
 
         def forward_fake(*args):
             loss = args[0].new_empty(())
@@ -123,7 +126,7 @@ class RungOps:
         def backward_kernel(*args):
             *saved, grad_loss = args
             saved = [x.contiguous() for x in saved]  # the inputs as the caller passed them
-            return host.backward(ext(), backward_launcher, False, saved, grad_loss)
+            return host.backward(bound(backward_launcher), False, saved, grad_loss)
 
         def backward_fake(*args):
             return torch.empty_like(args[0], memory_format=torch.contiguous_format)
@@ -133,11 +136,11 @@ class RungOps:
         self.forward = self.backward = self.forward_grad = None
         if rung.writes_grad_in_forward:
             def forward_grad_kernel(*args):
-                loss, (grad,) = host.forward(ext(), rung.forward, True, *args)
+                loss, (grad,) = host.forward(bound(rung.forward), True, *args)
                 return loss, grad
 
             def scale_kernel(grad, grad_loss):
-                host.backward(ext(), rung.backward, True, (grad,), grad_loss)
+                host.backward(bound(rung.backward), True, (grad,), grad_loss)
 
             self.forward_grad_kernel, self.scale_kernel = forward_grad_kernel, scale_kernel
         if extension is not None:
@@ -298,7 +301,8 @@ def variant(problem: str, name: str, *, strict: bool | None = None,
     config = build.knobs.config(problem, name, knobs) if knobs is not None else None
     if config is not None and not config.is_default:
         if config not in _KNOB_OPS:
-            _KNOB_OPS[config] = RungOps(spec, spec.rung(name), _extension(problem, config.defines))
+            _KNOB_OPS[config] = RungOps(spec, spec.rung(name), functools.partial(
+                build.load_extension, problem, defines=config.defines))
         ops = _KNOB_OPS[config]
     strict = strict_default() if strict is None else strict
 
@@ -307,7 +311,8 @@ def variant(problem: str, name: str, *, strict: bool | None = None,
 
     def loss(*inputs: torch.Tensor) -> torch.Tensor:
         # traced, the checks run every time (they cost nothing at run time)
-        key = None if torch.compiler.is_compiling() else metadata_key(inputs)
+        compiling = torch.compiler.is_compiling()
+        key = None if compiling else metadata_key(inputs)
         if key is None or key not in validated:
             if inputs and isinstance(inputs[0], torch.Tensor) and inputs[0].dtype not in dtypes:
                 spec.check_dtype(name, inputs[0])  # raises, naming the dtypes the rung takes
@@ -316,7 +321,7 @@ def variant(problem: str, name: str, *, strict: bool | None = None,
                 validated.add(key)
         if strict:
             spec.check_values(*inputs)
-        return ops(*inputs)
+        return ops(*inputs) if compiling else ops.eager(*inputs)
 
     loss.__name__ = f"{problem}_{name}"
     loss.__doc__ = f"{problem} computed by the {name} kernels; same signature as the reference."

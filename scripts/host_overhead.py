@@ -140,16 +140,18 @@ def breakdown(calls: int) -> None:
         rung_ops = ops.OPS[(problem, "vectorized")]
         parts[f"{problem}: validate"] = lambda spec=spec, p=p, t=t: spec.validate(p, t)
         parts[f"{problem}: operator kernel (no autograd)"] = lambda r=rung_ops, p=p, t=t: r.forward_kernel(p, t)
+        parts[f"{problem}: infer (loss only)"] = lambda r=rung_ops, p=p, t=t: r.infer(p, t)
         parts[f"{problem}: RungOps call (no grad)"] = lambda r=rung_ops, p=p, t=t: r(p, t)
         loss_fn = losslab.variant(problem, "vectorized")
         parts[f"{problem}: variant call (no grad)"] = lambda f=loss_fn, p=p, t=t: f(p, t)
         parts[f"{problem}: torch.ops operator"] = lambda r=rung_ops, p=p, t=t: r.forward(p, t)
-    # a launch of the kl_div vectorized forward alone, its buffers allocated outside
+    # a launch of the kl_div vectorized forward alone (memset + one kernel), its buffers allocated outside
     p, t = problems.get("kl_div").make_inputs((128, 4096), seed=0)
-    scratch = torch.empty(136, device="cuda")
+    scratch = torch.empty(4 + 128 + 4, device="cuda")  # kl_div.forward's layout: the loss, then the partials
     kl_ext = build.load_extension("kl_div")
-    parts["kl_div: launch() alone"] = lambda: launch_mod.launch(
-        kl_ext.vectorized_forward, p.device, p, t, scratch, scratch, None, 128, 4096, torch.float32)
+    parts["kl_div: launch_values() alone"] = lambda: launch_mod.launch_values(
+        kl_ext.vectorized_forward, p.device, p.data_ptr(), t.data_ptr(), scratch.data_ptr() + 16, scratch.data_ptr(),
+        0, 128, 4096, launch_mod.DTYPE_CODES[torch.float32])
     for name, fn in parts.items():
         for _ in range(20):
             fn()

@@ -38,7 +38,7 @@ __global__ void backward_kernel(const float* p, const float* t, const float* gra
     if (i < n) grad[i] = kl_div_grad(p[i], t[i], *grad_loss / B);
 }
 
-cudaError_t kl_div_custom_forward(const void* predictions, const void* targets, float* row_partials, float* loss,
+cudaError_t kl_div_custom_forward(const void* predictions, const void* targets, float* row_partials, void* loss,
                                   void* grad_predictions, int64_t B, int64_t D, DType dtype, cudaStream_t stream) {
     if (dtype != DType::float32) return cudaErrorInvalidValue;
     forward_kernel<<<B, THREADS, 0, stream>>>(static_cast<const float*>(predictions),
@@ -48,11 +48,11 @@ cudaError_t kl_div_custom_forward(const void* predictions, const void* targets, 
     return launch_sum_partials(row_partials, B, float(B), loss, stream);
 }
 
-cudaError_t kl_div_custom_backward(const void* predictions, const void* targets, const float* grad_loss,
+cudaError_t kl_div_custom_backward(const void* predictions, const void* targets, const void* grad_loss,
                                    void* grad_predictions, int64_t B, int64_t D, DType dtype, cudaStream_t stream) {
     backward_kernel<<<(B * D + THREADS - 1) / THREADS, THREADS, 0, stream>>>(
-        static_cast<const float*>(predictions), static_cast<const float*>(targets), grad_loss,
-        static_cast<float*>(grad_predictions), B * D, float(B));
+        static_cast<const float*>(predictions), static_cast<const float*>(targets),
+        static_cast<const float*>(grad_loss), static_cast<float*>(grad_predictions), B * D, float(B));
     return cudaGetLastError();
 }
 """

@@ -26,9 +26,10 @@ from losslab.kernelbench.export import export_solution
 
 SOLUTIONS_DIR = Path(__file__).parent / "solutions"  # cheating and broken solutions, one trick each
 PAIRS = [(p, v) for p in problems.names() for v in problems.get(p).variants]
-# the batchmean mistake: divide by every element, not by the batch size (kl_div vectorized.cu)
-RIGHT_DIVISOR = "return launch_sum_partials(row_partials, B, float(B), loss, stream);"
-WRONG_DIVISOR = "return launch_sum_partials(row_partials, B, float(B * D), loss, stream);"
+# the batchmean mistake: divide by every element, not by the batch size (kl_div vectorized.cu, whose
+# grid has one block per row)
+RIGHT_DIVISOR = "finish_sum(block_reduce_sum(sum), row_partials, ticket, float(gridDim.x), loss);"
+WRONG_DIVISOR = "finish_sum(block_reduce_sum(sum), row_partials, ticket, float(gridDim.x) * float(D), loss);"
 
 # Python-only solutions for kl_div: each shows one way to fail
 SOLUTIONS = {

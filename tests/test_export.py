@@ -67,7 +67,7 @@ def test_export_is_one_self_contained_python_file(problem, variant):
     text = export_solution(problem, variant)
     tree = ast.parse(text)
     defined = {node.name for node in tree.body if isinstance(node, (ast.ClassDef, ast.FunctionDef))}
-    assert {"Model", "ModelNew", "get_inputs", "get_init_inputs", "forward", "backward", "launch"} <= defined
+    assert {"Model", "ModelNew", "get_inputs", "get_init_inputs", "forward", "backward", "launch_values"} <= defined
     imports = [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
     assert not [n for n in imports if "losslab" in ast.unparse(n)], "an exported file imports losslab"
     assert f"{problem}_{variant}_forward" in text  # the rung's launcher, defined in the inlined .cu
@@ -86,7 +86,7 @@ def test_host_code_is_the_packages_own(problem):
 
     module = sys.modules[type(problems.get(problem)).__module__]
     text = export.host_code(problem)
-    for function in (module.forward, module.backward, module.validate_inputs, launch.launch):
+    for function in (module.forward, module.backward, module.validate_inputs, launch.launch_values):
         assert inspect.getsource(function) in text
 
 

@@ -209,8 +209,6 @@ def test_option_kernels_compile_without_spills(tmp_path, problem, rung, arch):
 def test_option_launchers_are_bound(problem):
     ext = build.load_extension(problem)
     names = ["vectorized_options_forward", "vectorized_options_backward", "fused_options_forward"]
-    if problem == "cross_entropy":
-        names.append("options_prepare")
     for name in names:
         assert callable(getattr(ext, name))
 

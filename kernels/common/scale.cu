@@ -16,10 +16,10 @@ constexpr int64_t SCALE_MAX_BLOCKS = 1024;
 template <typename T>
 __global__ void __launch_bounds__(SCALE_THREADS)
 scale_in_place_kernel(T* __restrict__ data,            // (n,)
-                      const float* __restrict__ scale,  // ()
+                      const T* __restrict__ scale,  // ()
                       int64_t n) {
     constexpr int V = Pack<T>::size;
-    const float s = *scale;
+    const float s = to_float(*scale);
     if (s == 1.0f) return;
     const int64_t stride = int64_t(gridDim.x) * SCALE_THREADS;
     const int64_t first = blockIdx.x * int64_t(SCALE_THREADS) + threadIdx.x;
@@ -33,12 +33,13 @@ scale_in_place_kernel(T* __restrict__ data,            // (n,)
     for (int64_t i = packs * V + first; i < n; i += stride) data[i] = from_float<T>(to_float(data[i]) * s);
 }
 
-cudaError_t scale_in_place(void* data, const float* scale, int64_t n, DType dtype, cudaStream_t stream) {
+cudaError_t scale_in_place(void* data, const void* scale, int64_t n, DType dtype, cudaStream_t stream) {
     return dispatch_dtype(dtype, [&](auto tag) {
         using T = decltype(tag);
         const int64_t blocks = std::min<int64_t>((n / Pack<T>::size + SCALE_THREADS) / SCALE_THREADS,
                                                  SCALE_MAX_BLOCKS);
-        scale_in_place_kernel<T><<<blocks, SCALE_THREADS, 0, stream>>>(static_cast<T*>(data), scale, n);
+        scale_in_place_kernel<T><<<blocks, SCALE_THREADS, 0, stream>>>(static_cast<T*>(data),
+                                                                        static_cast<const T*>(scale), n);
         return cudaGetLastError();
     });
 }

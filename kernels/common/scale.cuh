@@ -6,5 +6,5 @@
 #include "common/dtype.h"
 
 cudaError_t scale_in_place(void* data,          // (n,) of dtype, scaled in place
-                           const float* scale,  // () read on the device: no host synchronization
+                           const void* scale,   // () of dtype, read on the device: no host synchronization
                            int64_t n, DType dtype, cudaStream_t stream);

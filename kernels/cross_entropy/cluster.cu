@@ -21,6 +21,7 @@
 #include "cross_entropy/cross_entropy.cuh"
 #include "cross_entropy/launchers.h"
 #include "cross_entropy/row_packs.cuh"
+#include "cross_entropy/valid_mean.cuh"
 
 namespace cg = cooperative_groups;
 
@@ -114,8 +115,9 @@ template <typename T>
 __global__ void __launch_bounds__(THREADS)
 cross_entropy_cluster_forward_kernel(const T* __restrict__ logits,         // (N, C)
                                      const int64_t* __restrict__ targets,  // (N,)
-                                     const int64_t* __restrict__ counts,   // (2,) n_valid first
+                                     int64_t* __restrict__ counts,         // (4,) from the count stage
                                      float* __restrict__ row_losses,       // (N,)
+                                     T* __restrict__ loss,                 // ()
                                      T* __restrict__ grad_logits,          // (N, C), for grad_loss = 1
                                      int64_t C, int slice_packs) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -200,7 +202,7 @@ cross_entropy_cluster_forward_kernel(const T* __restrict__ logits,         // (N
     for (int r = 0; r < K; ++r) row_lse.max = fmaxf(row_lse.max, cta_lse[r].x);
     for (int r = 0; r < K; ++r) row_lse.sum += cta_lse[r].y * expf(cta_lse[r].x - row_lse.max);
     const float log_sum = logf(row_lse.sum);
-    if (rank == 0 && threadIdx.x == 0) row_losses[row] = row_loss(x, target, C, row_lse.max, log_sum);
+    const float partial = rank == 0 && threadIdx.x == 0 ? row_loss(x, target, C, row_lse.max, log_sum) : 0.0f;
 
     // Pass 2: the gradient from shared memory, 16-byte stores.
 #pragma unroll 4
@@ -216,6 +218,8 @@ cross_entropy_cluster_forward_kernel(const T* __restrict__ logits,         // (N
     if (rank == K - 1)
         for (int64_t j = tail + threadIdx.x; j < C; j += THREADS)
             g[j] = from_float<T>(cross_entropy_grad(to_float(x[j]), j, target, row_lse.max, log_sum, scale));
+    // the last cluster's rank 0: the mean over the rows, one partial per cluster
+    if (rank == 0) finish_mean(partial, row_losses, counts, counts_ticket(counts), loss, unsigned(row), gridDim.x / K);
 #endif
 }
 
@@ -320,8 +324,8 @@ cudaError_t cross_entropy_cluster_tune(int max_cluster, int64_t slice_bytes) {
 }
 
 // Needs a gradient buffer: inference runs the vectorized forward instead (the rung table says so).
-cudaError_t cross_entropy_cluster_forward(const void* logits, const int64_t* targets, const int64_t* counts,
-                                          float* row_losses, float* row_max, float* row_log_sum, float* loss,
+cudaError_t cross_entropy_cluster_forward(const void* logits, const int64_t* targets, int64_t* counts,
+                                          float* row_losses, float* row_max, float* row_log_sum, void* loss,
                                           void* grad_logits, int64_t N, int64_t C, DType dtype,
                                           cudaStream_t stream) {
     using namespace cluster_rung;
@@ -330,21 +334,22 @@ cudaError_t cross_entropy_cluster_forward(const void* logits, const int64_t* tar
     if (plan.fallback)
         return cross_entropy_fused_forward(logits, targets, counts, row_losses, row_max, row_log_sum, loss,
                                            grad_logits, N, C, dtype, stream);
-    cudaError_t err = dispatch_dtype(dtype, [&](auto tag) {
+    cudaError_t err = cross_entropy_count_targets(targets, counts, N, C, stream);  // also zeroes the ticket
+    if (err != cudaSuccess) return err;
+    return dispatch_dtype(dtype, [&](auto tag) {
         using T = decltype(tag);
         cudaLaunchAttribute attribute;
         const cudaLaunchConfig_t config = cluster_config(N, plan, stream, &attribute);
         return cudaLaunchKernelEx(&config, cross_entropy_cluster_forward_kernel<T>, static_cast<const T*>(logits),
-                                  targets, counts, row_losses, static_cast<T*>(grad_logits), C, plan.slice_packs);
+                                  targets, counts, row_losses, static_cast<T*>(loss), static_cast<T*>(grad_logits),
+                                  C, plan.slice_packs);
     });
-    if (err != cudaSuccess) return err;
-    return cross_entropy_valid_mean(row_losses, counts, loss, N, stream);
 }
 
 // The forward wrote dL/dx for grad_loss = 1: scale it in place (no work when grad_loss is 1).
 cudaError_t cross_entropy_cluster_backward(const void* /*logits*/, const int64_t* /*targets*/,
                                            const float* /*row_max*/, const float* /*row_log_sum*/,
-                                           const int64_t* /*counts*/, const float* grad_loss, void* grad_logits,
+                                           const int64_t* /*counts*/, const void* grad_loss, void* grad_logits,
                                            int64_t N, int64_t C, DType dtype, cudaStream_t stream) {
     return scale_in_place(grad_logits, grad_loss, N * C, dtype, stream);
 }

@@ -9,6 +9,7 @@
 #include "cross_entropy/launchers.h"
 #include "cross_entropy/options.cuh"
 #include "cross_entropy/row_packs.cuh"
+#include "cross_entropy/valid_mean.cuh"
 
 // Launch knobs (losslab/build/knobs.py): -DLOSSLAB_CROSS_ENTROPY_FUSED_<KNOB>=<value> builds another one.
 #ifndef LOSSLAB_CROSS_ENTROPY_FUSED_THREADS
@@ -64,8 +65,9 @@ template <typename T>
 __global__ void __launch_bounds__(THREADS, 8)
 cross_entropy_fused_forward_kernel(const T* __restrict__ logits,         // (N, C)
                                    const int64_t* __restrict__ targets,  // (N,)
-                                   const int64_t* __restrict__ counts,   // (2,) n_valid first
+                                   int64_t* __restrict__ counts,         // (4,) from the count stage
                                    float* __restrict__ row_losses,       // (N,)
+                                   T* __restrict__ loss,                 // ()
                                    T* __restrict__ grad_logits,          // (N, C), for grad_loss = 1
                                    int64_t C) {
     constexpr int V = Pack<T>::size;
@@ -98,7 +100,7 @@ cross_entropy_fused_forward_kernel(const T* __restrict__ logits,         // (N, 
     }
     lse = block_reduce_logsumexp_once(lse);
     const float log_sum = logf(lse.sum);
-    if (threadIdx.x == 0) row_losses[row] = row_loss(x, target, C, lse.max, log_sum);
+    const float partial = threadIdx.x == 0 ? row_loss(x, target, C, lse.max, log_sum) : 0.0f;
 
     // Pass 2: the gradient, tiles in reverse order, so the tile still in
     // registers (the last) is used first and the others are re-read newest first.
@@ -115,27 +117,30 @@ cross_entropy_fused_forward_kernel(const T* __restrict__ logits,         // (N, 
         g[j] = from_float<T>(cross_entropy_grad(to_float(x[j]), j, target, lse.max, log_sum, scale));
     for (int64_t j = tail + threadIdx.x; j < C; j += THREADS)
         g[j] = from_float<T>(cross_entropy_grad(to_float(x[j]), j, target, lse.max, log_sum, scale));
+    finish_mean(partial, row_losses, counts, counts_ticket(counts), loss);  // the last block: the mean
 }
 
 // Needs a gradient buffer: inference runs the vectorized forward instead (the rung table says so).
-cudaError_t cross_entropy_fused_forward(const void* logits, const int64_t* targets, const int64_t* counts,
-                                        float* row_losses, float* /*row_max*/, float* /*row_log_sum*/, float* loss,
+// Two stages: the counts (each row's gradient needs n_valid), then one kernel whose last block writes the mean.
+cudaError_t cross_entropy_fused_forward(const void* logits, const int64_t* targets, int64_t* counts,
+                                        float* row_losses, float* /*row_max*/, float* /*row_log_sum*/, void* loss,
                                         void* grad_logits, int64_t N, int64_t C, DType dtype, cudaStream_t stream) {
     if (grad_logits == nullptr) return cudaErrorInvalidValue;
-    cudaError_t err = dispatch_dtype(dtype, [&](auto tag) {
+    cudaError_t err = cross_entropy_count_targets(targets, counts, N, C, stream);  // also zeroes the ticket
+    if (err != cudaSuccess) return err;
+    return dispatch_dtype(dtype, [&](auto tag) {
         using T = decltype(tag);
         cross_entropy_fused_forward_kernel<T><<<N, THREADS, 0, stream>>>(
-            static_cast<const T*>(logits), targets, counts, row_losses, static_cast<T*>(grad_logits), C);
+            static_cast<const T*>(logits), targets, counts, row_losses, static_cast<T*>(loss),
+            static_cast<T*>(grad_logits), C);
         return cudaGetLastError();
     });
-    if (err != cudaSuccess) return err;
-    return cross_entropy_valid_mean(row_losses, counts, loss, N, stream);
 }
 
 // The forward wrote dL/dx for grad_loss = 1: scale it in place (no work when grad_loss is 1).
 cudaError_t cross_entropy_fused_backward(const void* /*logits*/, const int64_t* /*targets*/,
                                          const float* /*row_max*/, const float* /*row_log_sum*/,
-                                         const int64_t* /*counts*/, const float* grad_loss, void* grad_logits,
+                                         const int64_t* /*counts*/, const void* grad_loss, void* grad_logits,
                                          int64_t N, int64_t C, DType dtype, cudaStream_t stream) {
     return scale_in_place(grad_logits, grad_loss, N * C, dtype, stream);
 }
@@ -171,7 +176,7 @@ cross_entropy_fused_options_forward_kernel(const T* __restrict__ logits, const i
 }
 
 cudaError_t cross_entropy_fused_options_forward(const void* logits, const int64_t* targets, const void* probs,
-                                                const float* weight, const float* denominators, float* row_losses,
+                                                const float* weight, float* denominators, float* row_losses,
                                                 float* /*row_max*/, float* /*row_log_sum*/, float* /*row_coef*/,
                                                 float* loss, void* grad_logits, int64_t N, int64_t C,
                                                 int64_t ignore_index, float label_smoothing, int reduction,
@@ -180,7 +185,9 @@ cudaError_t cross_entropy_fused_options_forward(const void* logits, const int64_
     if (grad_logits == nullptr || reduction == CE_NONE || (targets == nullptr) == (probs == nullptr))
         return cudaErrorInvalidValue;
     const RowOptions o = row_options(weight, probs, C, ignore_index, label_smoothing);
-    cudaError_t err = dispatch_dtype(dtype, [&](auto tag) {
+    cudaError_t err = cross_entropy_options_prepare(targets, weight, denominators, N, C, ignore_index, stream);
+    if (err != cudaSuccess) return err;
+    err = dispatch_dtype(dtype, [&](auto tag) {
         using T = decltype(tag);
         cross_entropy_fused_options_forward_kernel<T><<<N, THREADS, 0, stream>>>(
             static_cast<const T*>(logits), targets, static_cast<const T*>(probs), o, denominators, row_losses,

@@ -3,17 +3,18 @@
 // binding, the exported solutions and custom variants all derive from these
 // two lines. Plain C++, no torch headers. Pointers are device pointers to
 // contiguous data: logits (the reference's `predictions`) row-major, targets
-// int64 class indices. Each launcher enqueues its kernels on `stream` and
-// returns the launch status. The teaching rungs (naive, shared_memory,
-// warp_shuffle) take float32 only and return cudaErrorInvalidValue for
-// another dtype.
+// int64 class indices. Each launcher enqueues all its stages on `stream` and
+// returns the launch status: the host makes one call per forward and one per
+// backward. The loss and grad_loss have the logits' dtype (no conversion on
+// the host). The teaching rungs (naive, shared_memory, warp_shuffle) take
+// float32 only and return cudaErrorInvalidValue for another dtype.
 //
-// A forward runs in three stages: count_targets writes counts = {rows with a
-// target in [0, C), targets outside [0, C) that are not ignore_index}; the
-// rung's row kernel writes per-row losses (NaN on a row whose target is out of
-// range) and the two parts of each row's log-sum-exp (max and log of the sum);
-// valid_mean writes the 0-d loss. The backward reads the row statistics and
-// counts[0] back.
+// A forward writes per-row losses (NaN on a row whose target is out of range)
+// and the two parts of each row's log-sum-exp (max and log of the sum), counts
+// the targets (rows with a target in [0, C); targets outside [0, C) that are
+// not ignore_index) and writes the 0-d loss: the teaching rungs with a row
+// kernel, then cross_entropy_valid_mean; vectorized in one kernel whose last
+// block writes the loss. The backward reads the row statistics and counts[0].
 #pragma once
 #include <cstdint>
 #include <cuda_runtime.h>
@@ -22,11 +23,12 @@
 typedef cudaError_t cross_entropy_forward_fn(
     const void* logits,      // (N, C) of dtype
     const int64_t* targets,  // (N,) class indices, ignore_index = -100
-    const int64_t* counts,   // (2,) from count_targets: n_valid, number out of range
-    float* row_losses,       // (N,) scratch: each row's loss
+    int64_t* counts,         // (4,) written: n_valid, number out of range (the backward reads n_valid); the last
+                             // 16 bytes are the launcher's scratch (a one-kernel forward's ticket, which it zeroes)
+    float* row_losses,       // (N,) scratch, 16-byte aligned: each row's loss (or each block's)
     float* row_max,          // (N,) for the backward: each row's max logit
     float* row_log_sum,      // (N,) for the backward: log sum_j exp(x_j - max)
-    float* loss,             // () float32: sum over valid rows / n_valid
+    void* loss,              // () of dtype: sum over valid rows / n_valid; NaN if a target is out of range
     void* grad_logits,       // (N, C) of dtype: dL/dx for grad_loss = 1, written by a rung that fuses the
                              // gradient into its forward (it requires one, and leaves row_max and
                              // row_log_sum unwritten); the others ignore it (null)
@@ -37,8 +39,8 @@ typedef cudaError_t cross_entropy_backward_fn(
     const int64_t* targets,    // (N,) (idem)
     const float* row_max,      // (N,) (idem)
     const float* row_log_sum,  // (N,) (idem)
-    const int64_t* counts,     // (2,) (idem)
-    const float* grad_loss,    // () float32
+    const int64_t* counts,     // (4,) (idem)
+    const void* grad_loss,     // () of dtype
     void* grad_logits,         // (N, C) of dtype: written; where the forward wrote it, scaled in place
     int64_t N, int64_t C, DType dtype, cudaStream_t stream);
 
@@ -50,11 +52,16 @@ typedef cudaError_t cross_entropy_backward_fn(
 CROSS_ENTROPY_RUNGS(CROSS_ENTROPY_DECLARE)
 #undef CROSS_ENTROPY_DECLARE
 
-// The stages every forward shares (count_targets.cu, valid_mean.cu).
+// Stages a rung's launcher may run (count_targets.cu, valid_mean.cu); the host never calls them.
+// count_targets: zero counts (all four), then add the targets' counts from many blocks (int atomics:
+// exact, so deterministic), for a rung that needs n_valid before its row kernel (fused).
 cudaError_t cross_entropy_count_targets(const int64_t* targets,  // (N,)
-                                        int64_t* counts,         // (2,) written
+                                        int64_t* counts,         // (4,) written
                                         int64_t N, int64_t C, cudaStream_t stream);
-cudaError_t cross_entropy_valid_mean(const float* row_losses,  // (N,)
-                                     const int64_t* counts,    // (2,) read: n_valid
-                                     float* loss,              // ()
-                                     int64_t N, cudaStream_t stream);
+// valid_mean: one block counts the targets and adds the row losses in a fixed order (the teaching rungs'
+// second kernel).
+cudaError_t cross_entropy_valid_mean(const int64_t* targets,   // (N,)
+                                     const float* row_losses,  // (N,)
+                                     int64_t* counts,          // (4,) written: n_valid, number out of range
+                                     void* loss,               // () float32 (the teaching rungs' dtype)
+                                     int64_t N, int64_t C, cudaStream_t stream);

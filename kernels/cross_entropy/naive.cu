@@ -46,8 +46,8 @@ __global__ void cross_entropy_naive_backward_kernel(const float* __restrict__ lo
     }
 }
 
-cudaError_t cross_entropy_naive_forward(const void* logits, const int64_t* targets, const int64_t* counts,
-                                        float* row_losses, float* row_max, float* row_log_sum, float* loss,
+cudaError_t cross_entropy_naive_forward(const void* logits, const int64_t* targets, int64_t* counts,
+                                        float* row_losses, float* row_max, float* row_log_sum, void* loss,
                                         void* /*grad_logits: not fused*/, int64_t N, int64_t C, DType dtype,
                                         cudaStream_t stream) {
     if (dtype != DType::float32) return cudaErrorInvalidValue;  // a teaching rung: float32 only
@@ -56,17 +56,17 @@ cudaError_t cross_entropy_naive_forward(const void* logits, const int64_t* targe
         static_cast<const float*>(logits), targets, row_losses, row_max, row_log_sum, N, C);
     cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return err;
-    return cross_entropy_valid_mean(row_losses, counts, loss, N, stream);
+    return cross_entropy_valid_mean(targets, row_losses, counts, loss, N, C, stream);
 }
 
 cudaError_t cross_entropy_naive_backward(const void* logits, const int64_t* targets, const float* row_max,
-                                         const float* row_log_sum, const int64_t* counts, const float* grad_loss,
+                                         const float* row_log_sum, const int64_t* counts, const void* grad_loss,
                                          void* grad_logits, int64_t N, int64_t C, DType dtype,
                                          cudaStream_t stream) {
     if (dtype != DType::float32) return cudaErrorInvalidValue;  // a teaching rung: float32 only
     const int64_t blocks = (N + THREADS - 1) / THREADS;
     cross_entropy_naive_backward_kernel<<<blocks, THREADS, 0, stream>>>(
-        static_cast<const float*>(logits), targets, row_max, row_log_sum, counts, grad_loss,
-        static_cast<float*>(grad_logits), N, C);
+        static_cast<const float*>(logits), targets, row_max, row_log_sum, counts,
+        static_cast<const float*>(grad_loss), static_cast<float*>(grad_logits), N, C);
     return cudaGetLastError();
 }

@@ -19,7 +19,8 @@
 
 enum CrossEntropyReduction : int { CE_NONE = 0, CE_MEAN = 1, CE_SUM = 2 };  // torch's Reduction enum
 
-// Stage 1 of every options forward: denominators = {the mean's denominator, sum_j w_j}.
+// Stage 1 of every options forward, run by its launcher (the host makes one call per forward):
+// denominators = {the mean's denominator, sum_j w_j}.
 typedef cudaError_t cross_entropy_options_prepare_fn(
     const int64_t* targets,  // (N,) class indices, or null for class-probability targets
     const float* weight,     // (C,) float32, or null (every weight 1)
@@ -34,7 +35,7 @@ typedef cudaError_t cross_entropy_options_forward_fn(
     const int64_t* targets,       // (N,) class indices, or null
     const void* probs,            // (N, C) of dtype: class probabilities, or null
     const float* weight,          // (C,) float32, or null
-    const float* denominators,    // (2,) from the prepare stage
+    float* denominators,          // (2,) written by the prepare stage, for the backward
     float* row_losses,            // (N,) each row's loss (the result for reduction none)
     float* row_max,               // (N,) for the backward (vectorized)
     float* row_log_sum,           // (N,) for the backward (vectorized)
@@ -58,7 +59,7 @@ typedef cudaError_t cross_entropy_options_backward_fn(
     int64_t N, int64_t C, int64_t ignore_index, float label_smoothing, int reduction, DType dtype,
     cudaStream_t stream);
 
-cross_entropy_options_prepare_fn cross_entropy_options_prepare;            // vectorized.cu
+cross_entropy_options_prepare_fn cross_entropy_options_prepare;            // options_prepare.cu
 cross_entropy_options_forward_fn cross_entropy_vectorized_options_forward;  // vectorized.cu
 cross_entropy_options_backward_fn cross_entropy_vectorized_options_backward;
 cross_entropy_options_forward_fn cross_entropy_fused_options_forward;       // fused.cu (sum, mean)

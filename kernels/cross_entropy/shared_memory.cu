@@ -51,8 +51,8 @@ cross_entropy_shared_memory_forward_kernel(const float* __restrict__ logits,    
     if (threadIdx.x == 0) store_row(x, targets[row], C, block, row, row_losses, row_max, row_log_sum);
 }
 
-cudaError_t cross_entropy_shared_memory_forward(const void* logits, const int64_t* targets, const int64_t* counts,
-                                                float* row_losses, float* row_max, float* row_log_sum, float* loss,
+cudaError_t cross_entropy_shared_memory_forward(const void* logits, const int64_t* targets, int64_t* counts,
+                                                float* row_losses, float* row_max, float* row_log_sum, void* loss,
                                                 void* /*grad_logits: not fused*/, int64_t N, int64_t C,
                                                 DType dtype, cudaStream_t stream) {
     if (dtype != DType::float32) return cudaErrorInvalidValue;  // a teaching rung: float32 only
@@ -60,13 +60,13 @@ cudaError_t cross_entropy_shared_memory_forward(const void* logits, const int64_
         static_cast<const float*>(logits), targets, row_losses, row_max, row_log_sum, C);
     cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return err;
-    return cross_entropy_valid_mean(row_losses, counts, loss, N, stream);
+    return cross_entropy_valid_mean(targets, row_losses, counts, loss, N, C, stream);
 }
 
 cudaError_t cross_entropy_shared_memory_backward(const void* logits, const int64_t* targets, const float* row_max,
                                                  const float* row_log_sum, const int64_t* counts,
-                                                 const float* grad_loss, void* grad_logits, int64_t N, int64_t C,
+                                                 const void* grad_loss, void* grad_logits, int64_t N, int64_t C,
                                                  DType dtype, cudaStream_t stream) {
-    return cross_entropy_row_backward(logits, targets, row_max, row_log_sum, counts, grad_loss, grad_logits, N, C,
-                                      dtype, stream);
+    return cross_entropy_row_backward(logits, targets, row_max, row_log_sum, counts,
+                                      static_cast<const float*>(grad_loss), grad_logits, N, C, dtype, stream);
 }

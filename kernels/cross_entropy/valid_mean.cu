@@ -1,35 +1,36 @@
-// The last stage of every cross_entropy forward: one block adds the per-row
-// losses in a fixed order (bitwise reproducible: no float atomicAdd) and divides
-// by n_valid, counted before the row kernels (count_targets.cu), so ignored
-// rows leave both the sum and the denominator; with every row ignored that is
-// 0 / 0 = NaN, as in PyTorch.
+// The teaching rungs' second kernel: one block counts the targets (n_valid, and
+// those outside [0, C) that are not ignore_index) and adds the per-row losses in
+// a fixed order (common/last_block.cuh's sum_in_order: bitwise reproducible, no
+// float atomicAdd), then writes the counts for the backward and the mean.
+#include "common/last_block.cuh"
 #include "common/reduce.cuh"
-#include "common/vector_load.cuh"
-#include "cross_entropy/cross_entropy.cuh"
 #include "cross_entropy/launchers.h"
+#include "cross_entropy/valid_mean.cuh"
 
 constexpr int MEAN_THREADS = 1024;
 
 __global__ void __launch_bounds__(MEAN_THREADS)
-cross_entropy_valid_mean_kernel(const float* __restrict__ row_losses,  // (N,) 0 on ignored rows, 16-byte aligned
-                                const int64_t* __restrict__ counts,    // (2,) valid, out of range
+cross_entropy_valid_mean_kernel(const int64_t* __restrict__ targets,   // (N,)
+                                const float* __restrict__ row_losses,  // (N,) 0 on ignored rows
+                                int64_t* __restrict__ counts,          // (4,)
                                 float* __restrict__ loss,              // ()
-                                int64_t N) {
-    // float4 loads, 4 in flight per thread: one block reads all N losses, so
-    // each round trip to memory should bring as many as it can.
-    float sum = 0.0f;
-#pragma unroll 4
-    for (int64_t i = threadIdx.x; i < N / 4; i += MEAN_THREADS) {
-        const float4 v = load_float4(row_losses + 4 * i);
-        sum += (v.x + v.y) + (v.z + v.w);  // NaN on an out-of-range row: never a wrong number
+                                int64_t N, int64_t C) {
+    int64_t valid = 0, out_of_range = 0;
+#pragma unroll 8
+    for (int64_t i = threadIdx.x; i < N; i += MEAN_THREADS) count_target(targets[i], C, valid, out_of_range);
+    valid = block_reduce_sum(valid);
+    out_of_range = block_reduce_sum(out_of_range);
+    const float sum = sum_in_order(row_losses, N);
+    if (threadIdx.x == 0) {
+        counts[0] = valid;
+        counts[1] = out_of_range;
+        write_mean(sum, valid, out_of_range, loss);
     }
-    for (int64_t i = N / 4 * 4 + threadIdx.x; i < N; i += MEAN_THREADS) sum += row_losses[i];
-    sum = block_reduce_sum(sum);
-    if (threadIdx.x == 0) *loss = sum / float(counts[0]);
 }
 
-cudaError_t cross_entropy_valid_mean(const float* row_losses, const int64_t* counts, float* loss,
-                                     int64_t N, cudaStream_t stream) {
-    cross_entropy_valid_mean_kernel<<<1, MEAN_THREADS, 0, stream>>>(row_losses, counts, loss, N);
+cudaError_t cross_entropy_valid_mean(const int64_t* targets, const float* row_losses, int64_t* counts, void* loss,
+                                     int64_t N, int64_t C, cudaStream_t stream) {
+    cross_entropy_valid_mean_kernel<<<1, MEAN_THREADS, 0, stream>>>(targets, row_losses, counts,
+                                                                   static_cast<float*>(loss), N, C);
     return cudaGetLastError();
 }

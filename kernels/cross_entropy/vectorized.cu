@@ -13,6 +13,7 @@
 #include "cross_entropy/launchers.h"
 #include "cross_entropy/options.cuh"
 #include "cross_entropy/row_packs.cuh"
+#include "cross_entropy/valid_mean.cuh"
 
 // Launch knobs (losslab/build/knobs.py): -DLOSSLAB_CROSS_ENTROPY_VECTORIZED_<KNOB>=<value> builds another one.
 #ifndef LOSSLAB_CROSS_ENTROPY_VECTORIZED_WARPS
@@ -27,26 +28,17 @@ constexpr int UNROLL = LOSSLAB_CROSS_ENTROPY_VECTORIZED_UNROLL;
 static_assert(WARPS >= 1 && WARPS <= 32, "LOSSLAB_CROSS_ENTROPY_VECTORIZED_WARPS: 1 to 32 (at most 1024 threads)");
 static_assert(UNROLL >= 1, "LOSSLAB_CROSS_ENTROPY_VECTORIZED_UNROLL: at least 1");
 
+// One warp's row: its log-sum-exp, every lane getting it. UNROLL packs per
+// lane, 32 * UNROLL per warp, loaded before any is used; the last round's
+// missing packs are skipped, not loaded. One rescale of the running sum per
+// round: raise the max over all the packs, then add.
 template <typename T>
-__global__ void __launch_bounds__(THREADS)
-cross_entropy_vectorized_forward_kernel(const T* __restrict__ logits,         // (N, C)
-                                        const int64_t* __restrict__ targets,  // (N,)
-                                        float* __restrict__ row_losses,       // (N,)
-                                        float* __restrict__ row_max,          // (N,)
-                                        float* __restrict__ row_log_sum,      // (N,)
-                                        int64_t N, int64_t C) {
+__device__ __forceinline__ LogSumExp warp_row_logsumexp(const T* x, int64_t C, int lane) {
     constexpr int V = Pack<T>::size;
-    const int lane = threadIdx.x % 32;
-    const int64_t row = blockIdx.x * int64_t(WARPS) + threadIdx.x / 32;
-    if (row >= N) return;  // the whole warp leaves together, so its shuffles stay full
-    const T* x = logits + row * C;
     const RowSplit split = split_row(C, x);
     LogSumExp lse;
     for (int64_t j = lane; j < split.head; j += 32) lse_add(lse, to_float(x[j]));
 
-    // UNROLL packs per lane, 32 * UNROLL per warp, loaded before any is used;
-    // the last round's missing packs are skipped, not loaded. One rescale of
-    // the running sum per round: raise the max over all the packs, then add.
     const T* xv = x + split.head;
     for (int64_t first = lane; first < split.packs; first += 32 * UNROLL) {
         Pack<T> v[UNROLL];
@@ -64,9 +56,55 @@ cross_entropy_vectorized_forward_kernel(const T* __restrict__ logits,         //
     }
 
     for (int64_t j = split.head + V * split.packs + lane; j < C; j += 32) lse_add(lse, to_float(x[j]));
+    return warp_reduce_logsumexp(lse);
+}
 
-    lse = warp_reduce_logsumexp(lse);
-    if (lane == 0) store_row(x, targets[row], C, lse, row, row_losses, row_max, row_log_sum);
+// The whole forward in one kernel: each warp its row, each block the sum of its
+// rows' losses and their counts, and the block that finishes last the mean
+// (valid_mean.cuh's finish_mean): no count stage before, no mean stage after.
+template <typename T>
+__global__ void __launch_bounds__(THREADS)
+cross_entropy_vectorized_forward_kernel(const T* __restrict__ logits,         // (N, C)
+                                        const int64_t* __restrict__ targets,  // (N,)
+                                        int64_t* __restrict__ counts,         // (4,) zeroed before the launch
+                                        float* __restrict__ block_losses,     // (gridDim.x,)
+                                        float* __restrict__ row_max,          // (N,)
+                                        float* __restrict__ row_log_sum,      // (N,)
+                                        T* __restrict__ loss,                 // ()
+                                        int64_t N, int64_t C) {
+    __shared__ float warp_loss[WARPS];
+    __shared__ int64_t warp_target[WARPS];  // ignore_index past the last row: counted as neither
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int64_t row = blockIdx.x * int64_t(WARPS) + warp;
+    if (row < N) {  // the whole warp is in or out together, so its shuffles stay full
+        const T* x = logits + row * C;
+        const LogSumExp lse = warp_row_logsumexp(x, C, lane);
+        if (lane == 0) {
+            const int64_t target = targets[row];
+            const float log_sum = logf(lse.sum);
+            warp_loss[warp] = row_loss(x, target, C, lse.max, log_sum);
+            warp_target[warp] = target;
+            row_max[row] = lse.max;
+            row_log_sum[row] = log_sum;
+        }
+    } else if (lane == 0) {
+        warp_loss[warp] = 0.0f;
+        warp_target[warp] = IGNORE_INDEX;
+    }
+    __syncthreads();
+    float block_loss = 0.0f;
+    if (threadIdx.x == 0) {  // the block's rows in order; integer counts add exactly in any order
+        int64_t valid = 0, out_of_range = 0;
+#pragma unroll
+        for (int w = 0; w < WARPS; ++w) {
+            block_loss += warp_loss[w];
+            count_target(warp_target[w], C, valid, out_of_range);
+        }
+        if (valid) atomicAdd(reinterpret_cast<unsigned long long*>(counts), static_cast<unsigned long long>(valid));
+        if (out_of_range)
+            atomicAdd(reinterpret_cast<unsigned long long*>(counts + 1), static_cast<unsigned long long>(out_of_range));
+    }
+    finish_mean(block_loss, block_losses, counts, counts_ticket(counts), loss);
 }
 
 // One warp per row, as the forward: UNROLL pack loads in flight per lane, then
@@ -80,8 +118,8 @@ cross_entropy_vectorized_backward_kernel(const T* __restrict__ logits,          
                                          const int64_t* __restrict__ targets,    // (N,)
                                          const float* __restrict__ row_max,      // (N,)
                                          const float* __restrict__ row_log_sum,  // (N,)
-                                         const int64_t* __restrict__ counts,     // (2,)
-                                         const float* __restrict__ grad_loss,    // ()
+                                         const int64_t* __restrict__ counts,     // (4,)
+                                         const T* __restrict__ grad_loss,        // ()
                                          T* __restrict__ grad_logits,            // (N, C)
                                          int64_t N, int64_t C) {
     constexpr int V = Pack<T>::size;
@@ -89,7 +127,7 @@ cross_entropy_vectorized_backward_kernel(const T* __restrict__ logits,          
     const int64_t row = blockIdx.x * int64_t(WARPS) + threadIdx.x / 32;
     if (row >= N) return;
     const int64_t target = targets[row];
-    const float scale = row_grad_scale(target, C, *grad_loss / float(counts[0]));
+    const float scale = row_grad_scale(target, C, to_float(*grad_loss) / float(counts[0]));
     const float m = row_max[row], log_sum = row_log_sum[row];
     const T* x = logits + row * C;
     T* g = grad_logits + row * C;
@@ -116,29 +154,31 @@ cross_entropy_vectorized_backward_kernel(const T* __restrict__ logits,          
         g[j] = from_float<T>(cross_entropy_grad(to_float(x[j]), j, target, m, log_sum, scale));
 }
 
-cudaError_t cross_entropy_vectorized_forward(const void* logits, const int64_t* targets, const int64_t* counts,
-                                             float* row_losses, float* row_max, float* row_log_sum, float* loss,
+// One kernel, after a 32-byte memset of the counts and the ticket.
+cudaError_t cross_entropy_vectorized_forward(const void* logits, const int64_t* targets, int64_t* counts,
+                                             float* row_losses, float* row_max, float* row_log_sum, void* loss,
                                              void* /*grad_logits: not fused*/, int64_t N, int64_t C, DType dtype,
                                              cudaStream_t stream) {
-    cudaError_t err = dispatch_dtype(dtype, [&](auto tag) {
+    cudaError_t err = cudaMemsetAsync(counts, 0, 4 * sizeof(int64_t), stream);
+    if (err != cudaSuccess) return err;
+    return dispatch_dtype(dtype, [&](auto tag) {
         using T = decltype(tag);
         cross_entropy_vectorized_forward_kernel<T><<<(N + WARPS - 1) / WARPS, THREADS, 0, stream>>>(
-            static_cast<const T*>(logits), targets, row_losses, row_max, row_log_sum, N, C);
+            static_cast<const T*>(logits), targets, counts, row_losses, row_max, row_log_sum, static_cast<T*>(loss),
+            N, C);
         return cudaGetLastError();
     });
-    if (err != cudaSuccess) return err;
-    return cross_entropy_valid_mean(row_losses, counts, loss, N, stream);
 }
 
 cudaError_t cross_entropy_vectorized_backward(const void* logits, const int64_t* targets,
                                               const float* row_max, const float* row_log_sum,
-                                              const int64_t* counts, const float* grad_loss,
+                                              const int64_t* counts, const void* grad_loss,
                                               void* grad_logits, int64_t N, int64_t C, DType dtype,
                                               cudaStream_t stream) {
     return dispatch_dtype(dtype, [&](auto tag) {
         using T = decltype(tag);
         cross_entropy_vectorized_backward_kernel<T><<<(N + WARPS - 1) / WARPS, THREADS, 0, stream>>>(
-            static_cast<const T*>(logits), targets, row_max, row_log_sum, counts, grad_loss,
+            static_cast<const T*>(logits), targets, row_max, row_log_sum, counts, static_cast<const T*>(grad_loss),
             static_cast<T*>(grad_logits), N, C);
         return cudaGetLastError();
     });
@@ -146,39 +186,6 @@ cudaError_t cross_entropy_vectorized_backward(const void* logits, const int64_t*
 
 // --- PyTorch's options (options.h): weights, ignore_index, label smoothing, class
 // probabilities, reductions. One warp per row as above, packs loaded one at a time.
-
-constexpr int PREPARE_THREADS = 1024;
-
-// One block: the mean's denominator (sum of w_t over the rows not ignored, their count
-// without weights, N for class probabilities) and sum_j w_j, each added in a fixed order.
-__global__ void __launch_bounds__(PREPARE_THREADS)
-cross_entropy_options_prepare_kernel(const int64_t* __restrict__ targets,  // (N,) or null
-                                     const float* __restrict__ weight,     // (C,) or null
-                                     float* __restrict__ denominators,     // (2,)
-                                     int64_t N, int64_t C, int64_t ignore_index) {
-    float rows = 0.0f, weights = 0.0f;
-    if (targets) {
-        for (int64_t i = threadIdx.x; i < N; i += PREPARE_THREADS) {
-            const int64_t t = targets[i];
-            if (t != ignore_index && target_in_range(t, C)) rows += weight ? weight[t] : 1.0f;
-        }
-    }
-    if (weight)
-        for (int64_t j = threadIdx.x; j < C; j += PREPARE_THREADS) weights += weight[j];
-    rows = block_reduce_sum(rows);
-    weights = block_reduce_sum(weights);
-    if (threadIdx.x == 0) {
-        denominators[0] = targets ? rows : float(N);
-        denominators[1] = weight ? weights : float(C);
-    }
-}
-
-cudaError_t cross_entropy_options_prepare(const int64_t* targets, const float* weight, float* denominators,
-                                          int64_t N, int64_t C, int64_t ignore_index, cudaStream_t stream) {
-    cross_entropy_options_prepare_kernel<<<1, PREPARE_THREADS, 0, stream>>>(targets, weight, denominators, N, C,
-                                                                           ignore_index);
-    return cudaGetLastError();
-}
 
 template <typename T>
 __global__ void __launch_bounds__(THREADS)
@@ -233,7 +240,7 @@ cross_entropy_options_backward_kernel(const T* __restrict__ logits, const int64_
 }
 
 cudaError_t cross_entropy_vectorized_options_forward(const void* logits, const int64_t* targets, const void* probs,
-                                                     const float* weight, const float* denominators,
+                                                     const float* weight, float* denominators,
                                                      float* row_losses, float* row_max, float* row_log_sum,
                                                      float* row_coef, float* loss, void* /*grad_logits*/,
                                                      int64_t N, int64_t C, int64_t ignore_index,
@@ -241,7 +248,9 @@ cudaError_t cross_entropy_vectorized_options_forward(const void* logits, const i
                                                      cudaStream_t stream) {
     if ((targets == nullptr) == (probs == nullptr)) return cudaErrorInvalidValue;
     const RowOptions o = row_options(weight, probs, C, ignore_index, label_smoothing);
-    cudaError_t err = dispatch_dtype(dtype, [&](auto tag) {
+    cudaError_t err = cross_entropy_options_prepare(targets, weight, denominators, N, C, ignore_index, stream);
+    if (err != cudaSuccess) return err;
+    err = dispatch_dtype(dtype, [&](auto tag) {
         using T = decltype(tag);
         cross_entropy_options_forward_kernel<T><<<(N + WARPS - 1) / WARPS, THREADS, 0, stream>>>(
             static_cast<const T*>(logits), targets, static_cast<const T*>(probs), o, denominators, row_losses,

@@ -4,10 +4,10 @@
 // It removes the second read of p and t that a separate backward pays: three
 // passes over B x D instead of five.
 #include "common/dispatch.cuh"
+#include "common/last_block.cuh"
 #include "common/reduce.cuh"
 #include "common/row_split.cuh"
 #include "common/scale.cuh"
-#include "common/sum_partials.cuh"
 #include "kl_div/kl_div.cuh"
 #include "kl_div/launchers.h"
 #include "kl_div/options.cuh"
@@ -30,6 +30,8 @@ __global__ void __launch_bounds__(THREADS)
 kl_div_fused_forward_kernel(const T* __restrict__ predictions,  // (B, D)
                             const T* __restrict__ targets,      // (B, D)
                             float* __restrict__ row_partials,   // (B,)
+                            unsigned int* __restrict__ ticket,  // () zeroed before the launch
+                            T* __restrict__ loss,               // ()
                             T* __restrict__ grad_predictions,   // (B, D), for grad_loss = 1
                             int64_t D, float inv_B) {
     constexpr int V = Pack<T>::size;
@@ -82,29 +84,30 @@ kl_div_fused_forward_kernel(const T* __restrict__ predictions,  // (B, D)
         sum += kl_div_term(pj, tj);
         g[j] = from_float<T>(kl_div_grad(pj, tj, inv_B));
     }
-    sum = block_reduce_sum(sum);
-    if (threadIdx.x == 0) row_partials[blockIdx.x] = sum;
+    finish_sum(block_reduce_sum(sum), row_partials, ticket, float(gridDim.x), loss);  // the last block: the loss
 }
 
 // Needs a gradient buffer: inference runs the vectorized forward instead (the rung table says so).
+// One kernel after a 4-byte memset of its ticket, as vectorized's forward.
 cudaError_t kl_div_fused_forward(const void* predictions, const void* targets, float* row_partials,
-                                 float* loss, void* grad_predictions, int64_t B, int64_t D,
+                                 void* loss, void* grad_predictions, int64_t B, int64_t D,
                                  DType dtype, cudaStream_t stream) {
     if (grad_predictions == nullptr) return cudaErrorInvalidValue;
-    cudaError_t err = dispatch_dtype(dtype, [&](auto tag) {
+    unsigned int* ticket = reinterpret_cast<unsigned int*>(row_partials + B);
+    cudaError_t err = cudaMemsetAsync(ticket, 0, sizeof(unsigned int), stream);
+    if (err != cudaSuccess) return err;
+    return dispatch_dtype(dtype, [&](auto tag) {
         using T = decltype(tag);
         kl_div_fused_forward_kernel<T><<<B, THREADS, 0, stream>>>(
-            static_cast<const T*>(predictions), static_cast<const T*>(targets), row_partials,
-            static_cast<T*>(grad_predictions), D, 1.0f / float(B));
+            static_cast<const T*>(predictions), static_cast<const T*>(targets), row_partials, ticket,
+            static_cast<T*>(loss), static_cast<T*>(grad_predictions), D, 1.0f / float(B));
         return cudaGetLastError();
     });
-    if (err != cudaSuccess) return err;
-    return launch_sum_partials(row_partials, B, float(B), loss, stream);
 }
 
 // The forward wrote dL/dp for grad_loss = 1: scale it in place (no work when grad_loss is 1).
 cudaError_t kl_div_fused_backward(const void* /*predictions: unread*/, const void* /*targets: unread*/,
-                                  const float* grad_loss, void* grad_predictions, int64_t B, int64_t D,
+                                  const void* grad_loss, void* grad_predictions, int64_t B, int64_t D,
                                   DType dtype, cudaStream_t stream) {
     return scale_in_place(grad_predictions, grad_loss, B * D, dtype, stream);
 }
@@ -113,7 +116,7 @@ cudaError_t kl_div_fused_backward(const void* /*predictions: unread*/, const voi
 // and dL/dinput = -t / divisor (-exp(t) / divisor with log_target) in the same pass;
 // the backward is fused's above (scale in place). Reduction none needs each element's
 // upstream gradient: vectorized's backward.
-cudaError_t kl_div_fused_options_forward(const void* input, const void* target, float* partials, float* loss,
+cudaError_t kl_div_fused_options_forward(const void* input, const void* target, float* partials, void* loss,
                                          void* elementwise, void* grad_input, int64_t n, int log_target,
                                          float divisor, DType dtype, cudaStream_t stream) {
     if (grad_input == nullptr || elementwise != nullptr) return cudaErrorInvalidValue;

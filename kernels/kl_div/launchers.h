@@ -3,8 +3,10 @@
 // the exported solutions and custom variants all derive from these two lines.
 // Plain C++, no torch headers. Pointers are device pointers to contiguous
 // row-major data; each launcher enqueues its kernels on `stream` and returns
-// the launch status. The teaching rungs (naive, shared_memory, warp_shuffle)
-// take float32 only and return cudaErrorInvalidValue for another dtype.
+// the launch status: the host makes one call per forward and one per backward.
+// The loss and grad_loss have the inputs' dtype (no conversion on the host).
+// The teaching rungs (naive, shared_memory, warp_shuffle) take float32 only
+// and return cudaErrorInvalidValue for another dtype.
 #pragma once
 #include <cstdint>
 #include <cuda_runtime.h>
@@ -13,8 +15,9 @@
 typedef cudaError_t kl_div_forward_fn(
     const void* predictions,  // (B, D) of dtype
     const void* targets,      // (B, D) of dtype
-    float* row_partials,      // (B,) scratch: each row's sum
-    float* loss,              // () float32: sum / B
+    float* row_partials,      // (B + 4,) scratch, 16-byte aligned: each row's sum in the first B; the last 16 bytes
+                              // are the launcher's (a one-kernel forward's ticket, which it zeroes)
+    void* loss,               // () of dtype: sum / B
     void* grad_predictions,   // (B, D) of dtype: dL/dp for grad_loss = 1, written by a rung that fuses the
                               // gradient into its forward (it requires one); the others ignore it (null)
     int64_t B, int64_t D, DType dtype, cudaStream_t stream);
@@ -22,7 +25,7 @@ typedef cudaError_t kl_div_forward_fn(
 typedef cudaError_t kl_div_backward_fn(
     const void* predictions,  // (B, D) of dtype (unread, may be null, where the forward wrote the gradient)
     const void* targets,      // (B, D) of dtype (idem)
-    const float* grad_loss,   // () float32
+    const void* grad_loss,    // () of dtype
     void* grad_predictions,   // (B, D) of dtype: written; where the forward wrote it, scaled in place
     int64_t B, int64_t D, DType dtype, cudaStream_t stream);
 

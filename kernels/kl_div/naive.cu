@@ -40,7 +40,7 @@ __global__ void kl_div_naive_backward_kernel(const float* __restrict__ predictio
     }
 }
 
-cudaError_t kl_div_naive_forward(const void* predictions, const void* targets, float* row_partials, float* loss,
+cudaError_t kl_div_naive_forward(const void* predictions, const void* targets, float* row_partials, void* loss,
                                  void* /*grad_predictions: not fused*/, int64_t B, int64_t D, DType dtype,
                                  cudaStream_t stream) {
     if (dtype != DType::float32) return cudaErrorInvalidValue;  // a teaching rung: float32 only
@@ -53,12 +53,12 @@ cudaError_t kl_div_naive_forward(const void* predictions, const void* targets, f
     return launch_sum_partials(row_partials, B, float(B), loss, stream);
 }
 
-cudaError_t kl_div_naive_backward(const void* predictions, const void* targets, const float* grad_loss,
+cudaError_t kl_div_naive_backward(const void* predictions, const void* targets, const void* grad_loss,
                                   void* grad_predictions, int64_t B, int64_t D, DType dtype, cudaStream_t stream) {
     if (dtype != DType::float32) return cudaErrorInvalidValue;  // a teaching rung: float32 only
     const int64_t blocks = (B + THREADS - 1) / THREADS;
     kl_div_naive_backward_kernel<<<blocks, THREADS, 0, stream>>>(
-        static_cast<const float*>(predictions), static_cast<const float*>(targets), grad_loss,
-        static_cast<float*>(grad_predictions), B, D);
+        static_cast<const float*>(predictions), static_cast<const float*>(targets),
+        static_cast<const float*>(grad_loss), static_cast<float*>(grad_predictions), B, D);
     return cudaGetLastError();
 }

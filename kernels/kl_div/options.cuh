@@ -1,13 +1,13 @@
 // Device code of kl_div's options (options.h gives the formulas): one grid-stride
 // pass over the flat tensors, 16-byte packs where every tensor it touches has the
 // same offset from a 16-byte boundary (scalar loads otherwise), at most
-// KL_DIV_OPTIONS_MAX_BLOCKS blocks, each writing one partial sum that
-// launch_sum_partials adds in a fixed order (no float atomicAdd).
+// KL_DIV_OPTIONS_MAX_BLOCKS blocks, each writing one partial sum that the last
+// block to finish adds in a fixed order (common/last_block.cuh: no float atomicAdd).
 #pragma once
 #include <algorithm>
 #include "common/dispatch.cuh"
 #include "common/reduce.cuh"
-#include "common/sum_partials.cuh"
+#include "common/last_block.cuh"
 #include "common/xlogy.cuh"
 #include "kl_div/options.h"
 
@@ -36,9 +36,12 @@ template <typename T>
 __global__ void __launch_bounds__(KL_OPTIONS_THREADS)
 kl_div_options_forward_kernel(const T* __restrict__ input, const T* __restrict__ target,
                               float* __restrict__ partials,  // (gridDim.x,)
+                              unsigned int* __restrict__ ticket,  // () zeroed before the launch
+                              T* __restrict__ loss,          // ()
                               T* __restrict__ terms,         // (n,) or null
                               T* __restrict__ grad,          // (n,) or null
-                              int64_t n, bool log_target, float grad_scale) {
+                              int64_t n, bool log_target, float divisor) {
+    const float grad_scale = 1.0f / divisor;
     constexpr int V = Pack<T>::size;
     const int64_t stride = int64_t(gridDim.x) * KL_OPTIONS_THREADS;
     const int64_t first = blockIdx.x * int64_t(KL_OPTIONS_THREADS) + threadIdx.x;
@@ -82,26 +85,26 @@ kl_div_options_forward_kernel(const T* __restrict__ input, const T* __restrict__
     }
     for (int64_t i = head + V * packs + first; i < n; i += stride) one(i);
     if (terms) return;  // the whole grid takes this branch
-    sum = block_reduce_sum(sum);
-    if (threadIdx.x == 0) partials[blockIdx.x] = sum;
+    finish_sum(block_reduce_sum(sum), partials, ticket, divisor, loss);
 }
 
-// The forward of both rungs: the terms (reduction none) or their partial sums and the
-// 0-d loss; the gradient for grad_loss = 1 too when grad_input is given.
-inline cudaError_t kl_div_options_launch(const void* input, const void* target, float* partials, float* loss,
+// The forward of both rungs, one kernel: the terms (reduction none) or the 0-d loss
+// (the last block adds the partial sums); the gradient for grad_loss = 1 too when
+// grad_input is given.
+inline cudaError_t kl_div_options_launch(const void* input, const void* target, float* partials, void* loss,
                                          void* elementwise, void* grad_input, int64_t n, int log_target,
                                          float divisor, DType dtype, cudaStream_t stream) {
-    int64_t blocks = 0;
-    cudaError_t err = dispatch_dtype(dtype, [&](auto tag) {
+    unsigned int* ticket = reinterpret_cast<unsigned int*>(partials + KL_DIV_OPTIONS_MAX_BLOCKS);
+    cudaError_t err = elementwise ? cudaSuccess : cudaMemsetAsync(ticket, 0, sizeof(unsigned int), stream);
+    if (err != cudaSuccess) return err;
+    return dispatch_dtype(dtype, [&](auto tag) {
         using T = decltype(tag);
         const int64_t per_block = int64_t(KL_OPTIONS_THREADS) * Pack<T>::size;
-        blocks = std::max<int64_t>(1, std::min<int64_t>((n + per_block - 1) / per_block,
-                                                        KL_DIV_OPTIONS_MAX_BLOCKS));
+        const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>((n + per_block - 1) / per_block,
+                                                                      KL_DIV_OPTIONS_MAX_BLOCKS));
         kl_div_options_forward_kernel<T><<<blocks, KL_OPTIONS_THREADS, 0, stream>>>(
-            static_cast<const T*>(input), static_cast<const T*>(target), partials, static_cast<T*>(elementwise),
-            static_cast<T*>(grad_input), n, log_target != 0, 1.0f / divisor);
+            static_cast<const T*>(input), static_cast<const T*>(target), partials, ticket, static_cast<T*>(loss),
+            static_cast<T*>(elementwise), static_cast<T*>(grad_input), n, log_target != 0, divisor);
         return cudaGetLastError();
     });
-    if (err != cudaSuccess || elementwise != nullptr) return err;
-    return launch_sum_partials(partials, blocks, divisor, loss, stream);
 }

@@ -19,15 +19,15 @@ constexpr int KL_DIV_OPTIONS_MAX_BLOCKS = 1024;  // the forward's partial sums, 
 typedef cudaError_t kl_div_options_forward_fn(
     const void* input,       // (n,) of dtype: log-probabilities
     const void* target,      // (n,) of dtype: probabilities (log-probabilities with log_target)
-    float* partials,         // (KL_DIV_OPTIONS_MAX_BLOCKS,) scratch
-    float* loss,             // () float32: sum / divisor (unwritten when elementwise is given)
+    float* partials,         // (KL_DIV_OPTIONS_MAX_BLOCKS + 4,) scratch: the blocks' sums, then the ticket
+    void* loss,              // () of dtype: sum / divisor (unwritten when elementwise is given)
     void* elementwise,       // (n,) of dtype: each term (reduction none), or null
     void* grad_input,        // (n,) of dtype: dL/dinput for grad_loss = 1 (fused only), or null
     int64_t n, int log_target, float divisor, DType dtype, cudaStream_t stream);
 
 typedef cudaError_t kl_div_options_backward_fn(
     const void* target,        // (n,) of dtype
-    const float* grad_loss,    // () float32, read when grad_terms is null
+    const void* grad_loss,     // () of dtype, read when grad_terms is null
     const void* grad_terms,    // (n,) of dtype: the upstream gradient of reduction none, or null
     void* grad_input,          // (n,) of dtype: written
     int64_t n, int log_target, float divisor, DType dtype, cudaStream_t stream);

@@ -35,7 +35,7 @@ kl_div_shared_memory_forward_kernel(const float* __restrict__ predictions,  // (
 }
 
 cudaError_t kl_div_shared_memory_forward(const void* predictions, const void* targets, float* row_partials,
-                                         float* loss, void* /*grad_predictions: not fused*/, int64_t B, int64_t D,
+                                         void* loss, void* /*grad_predictions: not fused*/, int64_t B, int64_t D,
                                          DType dtype, cudaStream_t stream) {
     if (dtype != DType::float32) return cudaErrorInvalidValue;  // a teaching rung: float32 only
     kl_div_shared_memory_forward_kernel<<<B, THREADS, 0, stream>>>(static_cast<const float*>(predictions),
@@ -46,8 +46,9 @@ cudaError_t kl_div_shared_memory_forward(const void* predictions, const void* ta
     return launch_sum_partials(row_partials, B, float(B), loss, stream);
 }
 
-cudaError_t kl_div_shared_memory_backward(const void* predictions, const void* targets, const float* grad_loss,
+cudaError_t kl_div_shared_memory_backward(const void* predictions, const void* targets, const void* grad_loss,
                                           void* grad_predictions, int64_t B, int64_t D, DType dtype,
                                           cudaStream_t stream) {
-    return kl_div_elementwise_backward(predictions, targets, grad_loss, grad_predictions, B, D, dtype, stream);
+    return kl_div_elementwise_backward(predictions, targets, static_cast<const float*>(grad_loss), grad_predictions,
+                                       B, D, dtype, stream);
 }

@@ -7,9 +7,9 @@
 // boundary (odd D, or a slice with a storage offset).
 #include <algorithm>
 #include "common/dispatch.cuh"
+#include "common/last_block.cuh"
 #include "common/reduce.cuh"
 #include "common/row_split.cuh"
-#include "common/sum_partials.cuh"
 #include "kl_div/kl_div.cuh"
 #include "kl_div/launchers.h"
 #include "kl_div/options.cuh"
@@ -32,6 +32,8 @@ __global__ void __launch_bounds__(THREADS)
 kl_div_vectorized_forward_kernel(const T* __restrict__ predictions,  // (B, D)
                                  const T* __restrict__ targets,      // (B, D)
                                  float* __restrict__ row_partials,   // (B,)
+                                 unsigned int* __restrict__ ticket,  // () zeroed before the launch
+                                 T* __restrict__ loss,               // ()
                                  int64_t D) {
     constexpr int V = Pack<T>::size;
     const T* p = predictions + blockIdx.x * D;
@@ -67,8 +69,8 @@ kl_div_vectorized_forward_kernel(const T* __restrict__ predictions,  // (B, D)
     for (int64_t j = head + V * packs + threadIdx.x; j < D; j += THREADS)
         sum += kl_div_term(to_float(p[j]), to_float(t[j]));
 
-    sum = block_reduce_sum(sum);
-    if (threadIdx.x == 0) row_partials[blockIdx.x] = sum;
+    // The block's sum, then the last block to finish writes the loss: one kernel, no second stage.
+    finish_sum(block_reduce_sum(sum), row_partials, ticket, float(gridDim.x), loss);
 }
 
 // Element-wise gradient over the flat tensor, one pack of each tensor per
@@ -77,11 +79,11 @@ template <typename T>
 __global__ void __launch_bounds__(THREADS)
 kl_div_vectorized_backward_kernel(const T* __restrict__ predictions,  // (B, D)
                                   const T* __restrict__ targets,      // (B, D)
-                                  const float* __restrict__ grad_loss,  // ()
+                                  const T* __restrict__ grad_loss,    // ()
                                   T* __restrict__ grad_predictions,   // (B, D)
                                   int64_t n, float B) {
     constexpr int V = Pack<T>::size;
-    const float scaled_grad = *grad_loss / B;
+    const float scaled_grad = to_float(*grad_loss) / B;
     const int64_t i = blockIdx.x * int64_t(THREADS) + threadIdx.x;
     if (i < n / V) {
         const Pack<T> p = load_pack(predictions + V * i), t = load_pack(targets + V * i);
@@ -100,43 +102,47 @@ kl_div_vectorized_backward_kernel(const T* __restrict__ predictions,  // (B, D)
 template <typename T>
 __global__ void __launch_bounds__(THREADS)
 kl_div_scalar_backward_kernel(const T* __restrict__ predictions, const T* __restrict__ targets,
-                              const float* __restrict__ grad_loss, T* __restrict__ grad_predictions,
+                              const T* __restrict__ grad_loss, T* __restrict__ grad_predictions,
                               int64_t n, float B) {
-    const float scaled_grad = *grad_loss / B;
+    const float scaled_grad = to_float(*grad_loss) / B;
     const int64_t stride = int64_t(gridDim.x) * THREADS;
     for (int64_t i = blockIdx.x * int64_t(THREADS) + threadIdx.x; i < n; i += stride)
         grad_predictions[i] = from_float<T>(
             kl_div_grad(to_float(predictions[i]), to_float(targets[i]), scaled_grad));
 }
 
+// One kernel (the last block writes the loss), after a 4-byte memset of its ticket.
 cudaError_t kl_div_vectorized_forward(const void* predictions, const void* targets, float* row_partials,
-                                      float* loss, void* /*grad_predictions: not fused*/, int64_t B, int64_t D,
+                                      void* loss, void* /*grad_predictions: not fused*/, int64_t B, int64_t D,
                                       DType dtype, cudaStream_t stream) {
-    cudaError_t err = dispatch_dtype(dtype, [&](auto tag) {
+    unsigned int* ticket = reinterpret_cast<unsigned int*>(row_partials + B);
+    cudaError_t err = cudaMemsetAsync(ticket, 0, sizeof(unsigned int), stream);
+    if (err != cudaSuccess) return err;
+    return dispatch_dtype(dtype, [&](auto tag) {
         using T = decltype(tag);
         kl_div_vectorized_forward_kernel<T><<<B, THREADS, 0, stream>>>(
-            static_cast<const T*>(predictions), static_cast<const T*>(targets), row_partials, D);
+            static_cast<const T*>(predictions), static_cast<const T*>(targets), row_partials, ticket,
+            static_cast<T*>(loss), D);
         return cudaGetLastError();
     });
-    if (err != cudaSuccess) return err;
-    return launch_sum_partials(row_partials, B, float(B), loss, stream);
 }
 
 cudaError_t kl_div_vectorized_backward(const void* predictions, const void* targets,
-                                       const float* grad_loss, void* grad_predictions, int64_t B,
+                                       const void* grad_loss, void* grad_predictions, int64_t B,
                                        int64_t D, DType dtype, cudaStream_t stream) {
     const int64_t n = B * D;
     return dispatch_dtype(dtype, [&](auto tag) {
         using T = decltype(tag);
         const T* p = static_cast<const T*>(predictions);
         const T* t = static_cast<const T*>(targets);
+        const T* scale = static_cast<const T*>(grad_loss);
         T* g = static_cast<T*>(grad_predictions);
         if (is_aligned_16(p) && is_aligned_16(t) && is_aligned_16(g)) {
             const int64_t blocks = (n / Pack<T>::size + THREADS) / THREADS;  // >= 1 for the tail
-            kl_div_vectorized_backward_kernel<T><<<blocks, THREADS, 0, stream>>>(p, t, grad_loss, g, n, float(B));
+            kl_div_vectorized_backward_kernel<T><<<blocks, THREADS, 0, stream>>>(p, t, scale, g, n, float(B));
         } else {
             const int64_t blocks = std::min<int64_t>((n + THREADS - 1) / THREADS, 1 << 20);
-            kl_div_scalar_backward_kernel<T><<<blocks, THREADS, 0, stream>>>(p, t, grad_loss, g, n, float(B));
+            kl_div_scalar_backward_kernel<T><<<blocks, THREADS, 0, stream>>>(p, t, scale, g, n, float(B));
         }
         return cudaGetLastError();
     });
@@ -147,11 +153,11 @@ cudaError_t kl_div_vectorized_backward(const void* predictions, const void* targ
 
 template <typename T>
 __global__ void __launch_bounds__(KL_OPTIONS_THREADS)
-kl_div_options_backward_kernel(const T* __restrict__ target, const float* __restrict__ grad_loss,
+kl_div_options_backward_kernel(const T* __restrict__ target, const T* __restrict__ grad_loss,
                                const T* __restrict__ grad_terms,  // (n,) or null
                                T* __restrict__ grad, int64_t n, bool log_target, float divisor) {
     constexpr int V = Pack<T>::size;
-    const float scale = grad_terms ? 0.0f : *grad_loss / divisor;
+    const float scale = grad_terms ? 0.0f : to_float(*grad_loss) / divisor;
     const int64_t stride = int64_t(gridDim.x) * KL_OPTIONS_THREADS;
     const int64_t first = blockIdx.x * int64_t(KL_OPTIONS_THREADS) + threadIdx.x;
     const int64_t found = common_head(n, target, grad_terms, grad, nullptr, sizeof(T));
@@ -177,14 +183,14 @@ kl_div_options_backward_kernel(const T* __restrict__ target, const float* __rest
     for (int64_t i = head + V * packs + first; i < n; i += stride) one(i);
 }
 
-cudaError_t kl_div_vectorized_options_forward(const void* input, const void* target, float* partials, float* loss,
+cudaError_t kl_div_vectorized_options_forward(const void* input, const void* target, float* partials, void* loss,
                                               void* elementwise, void* /*grad_input: not fused*/, int64_t n,
                                               int log_target, float divisor, DType dtype, cudaStream_t stream) {
     return kl_div_options_launch(input, target, partials, loss, elementwise, nullptr, n, log_target, divisor, dtype,
                                  stream);
 }
 
-cudaError_t kl_div_vectorized_options_backward(const void* target, const float* grad_loss, const void* grad_terms,
+cudaError_t kl_div_vectorized_options_backward(const void* target, const void* grad_loss, const void* grad_terms,
                                                void* grad_input, int64_t n, int log_target, float divisor,
                                                DType dtype, cudaStream_t stream) {
     return dispatch_dtype(dtype, [&](auto tag) {
@@ -192,8 +198,8 @@ cudaError_t kl_div_vectorized_options_backward(const void* target, const float* 
         const int64_t per_block = int64_t(KL_OPTIONS_THREADS) * Pack<T>::size;
         const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>((n + per_block - 1) / per_block, 1 << 16));
         kl_div_options_backward_kernel<T><<<blocks, KL_OPTIONS_THREADS, 0, stream>>>(
-            static_cast<const T*>(target), grad_loss, static_cast<const T*>(grad_terms), static_cast<T*>(grad_input),
-            n, log_target != 0, divisor);
+            static_cast<const T*>(target), static_cast<const T*>(grad_loss), static_cast<const T*>(grad_terms),
+            static_cast<T*>(grad_input), n, log_target != 0, divisor);
         return cudaGetLastError();
     });
 }

@@ -58,7 +58,7 @@ class LossFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, *inputs):
-        loss, saved = forward(extension(), f"{RUNG}_forward", WRITES_GRAD_IN_FORWARD, *inputs)
+        loss, saved = forward(getattr(extension(), f"{RUNG}_forward"), WRITES_GRAD_IN_FORWARD, *inputs)
         ctx.save_for_backward(*saved)
         ctx.backward_calls = 0
         return loss
@@ -68,7 +68,8 @@ class LossFunction(torch.autograd.Function):
         if WRITES_GRAD_IN_FORWARD and ctx.backward_calls:
             raise RuntimeError(f"{PROBLEM} {RUNG}: backward can run once per forward (it scales in place)")
         ctx.backward_calls += 1
-        grad = backward(extension(), f"{RUNG}_backward", WRITES_GRAD_IN_FORWARD, ctx.saved_tensors, grad_loss)
+        grad = backward(getattr(extension(), f"{RUNG}_backward"), WRITES_GRAD_IN_FORWARD, ctx.saved_tensors,
+                        grad_loss)
         return (grad,) + (None,) * (len(ctx.needs_input_grad) - 1)
 
 

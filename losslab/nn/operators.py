@@ -61,7 +61,7 @@ def _scale_grad(ctx, problem: str, grad: torch.Tensor, grad_loss: torch.Tensor) 
             raise RuntimeError(f"losslab {problem}: backward can run once per forward when the fused kernel "
                                "wrote the gradient (it scales it in place); run the forward again")
         ctx.scaled = True
-        scale = grad_loss.to(device=grad.device, dtype=torch.float32).contiguous()
+        scale = grad_loss.to(device=grad.device, dtype=grad.dtype)  # the scale kernel reads it in that dtype
         nulls = (None, None) if problem == "kl_div" else (None,) * 5  # the inputs it does not read
         launch(_ext(problem).fused_backward, grad.device, *nulls, scale, grad, grad.numel(), 1, grad.dtype)
         return grad

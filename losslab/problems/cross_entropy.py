@@ -21,14 +21,14 @@ runs fused's kernels where a cluster does not apply (:func:`cluster_plan` says w
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
 
 from losslab import build
 from losslab.problems.base import HALF_AND_FLOAT, LADDER, Cost, Problem, Rung, misaligned_view
-from losslab.problems.launch import DTYPE_CODES, forward_gradient, gradient_buffer, launch
+from losslab.problems.launch import DTYPE_CODES, forward_gradient, gradient_buffer, launch, launch_values
 from losslab.validation import require_cuda, require_tensor
 
 KNOWN_DTYPES = HALF_AND_FLOAT  # what validate lets through to check_dtype
@@ -174,12 +174,13 @@ class CrossEntropy(Problem):
         makes the loss NaN (and that row's gradient NaN); :func:`check_targets` raises for it.
         """
         launcher, write_grad = self.rung(variant).forward_launcher(needs_grad)
-        return forward(build.load_extension(self.name), launcher, write_grad, *inputs, out=out, grad_out=grad_out)
+        return forward(getattr(build.load_extension(self.name), launcher), write_grad, *inputs, out=out,
+                       grad_out=grad_out)
 
     def launch_backward(self, variant, saved, grad_loss, out=None):
         """Run ``variant``'s backward kernels; see :func:`backward`."""
         rung = self.rung(variant)
-        return backward(build.load_extension(self.name), rung.backward, rung.writes_grad_in_forward, saved,
+        return backward(getattr(build.load_extension(self.name), rung.backward), rung.writes_grad_in_forward, saved,
                         grad_loss, out=out)
 
 
@@ -215,27 +216,22 @@ def validate_inputs(predictions, targets) -> None:
 STATE_NAMES = ("stats",)  # empty_state's, in order
 
 
-def stats_layout(rows: int) -> tuple[int, int, int]:
-    """Where the backward's state lies in the ``stats`` tensor, as float32 element offsets:
-    (counts, row_max, row_log_sum). counts, (2,) int64, fills elements 0-3; row_max and
-    row_log_sum, (N,) float32 each, follow. Every element is written by a forward (an
-    operator's outputs must be the same each time it runs: opcheck compares them)."""
-    return 0, 4, 4 + rows
-
-
 def empty_state(predictions: torch.Tensor) -> tuple[torch.Tensor]:
     """What a forward writes for its backward besides the inputs, unwritten: ``stats``,
-    (4 + 2N,) float32 holding counts (n_valid, number of out-of-range targets; int64), each
-    row's max and each row's log-sum (see :func:`stats_layout`), on the logits' device. One
-    tensor, not three: at small sizes each ``torch.empty`` is a sizeable part of a call's
-    host time."""
-    return (torch.empty(4 + 2 * predictions.shape[0], device=predictions.device, dtype=torch.float32),)
+    (8 + 3N,) float32 on the logits' device. From byte 0: counts, (4,) int64 (n_valid, the
+    number of targets out of range, then the launcher's scratch); row_losses (scratch,
+    16-byte aligned), row_max and row_log_sum, (N,) float32 each. One tensor, not four: at
+    small sizes each ``torch.empty`` is a sizeable part of a call's host time. Every element
+    the backward reads is written by a forward (an operator's outputs must be the same each
+    time it runs: opcheck compares them)."""
+    return (torch.empty(8 + 3 * predictions.shape[0], device=predictions.device, dtype=torch.float32),)
 
 
-def forward(ext, launcher: str, write_grad: bool, predictions: torch.Tensor, targets: torch.Tensor,
-            out: torch.Tensor | None = None, grad_out: torch.Tensor | None = None,
+def forward(launcher: Callable[..., None], write_grad: bool, predictions: torch.Tensor, targets: torch.Tensor,
+            out: torch.Tensor | None = None, grad_out: torch.Tensor | None = None, state: bool = True,
             ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
-    """Count the targets, then run one rung's forward launcher (``launcher``, a name in ``ext``).
+    """Run one rung's forward launcher (a bound function of the extension, e.g.
+    ``ext.vectorized_forward``): one call into the extension, which runs every stage.
 
     Args:
         predictions: (N, C) logits of a dtype the rung takes; targets: (N,) int64; one
@@ -243,50 +239,63 @@ def forward(ext, launcher: str, write_grad: bool, predictions: torch.Tensor, tar
         write_grad: the rung writes dL/dx for grad_loss = 1 in this pass (into ``grad_out``
             if given, else a fresh (N, C) tensor); only for a rung that fuses it.
         out: optional 0-d tensor to write the loss into.
-    Returns the 0-d loss (the logits' dtype unless ``out`` says otherwise; NaN if a target
-    is outside [0, C) and not ignore_index) and what the backward needs: the gradient
-    alone if written, else predictions, targets and ``stats`` (:func:`empty_state`: counts
-    = (n_valid, number of out-of-range targets), row_max, row_log_sum).
+        state: return ``stats`` for the backward (False: inference, one allocation; the
+            returned state is then a view that must not outlive the loss's use).
+    Returns the 0-d loss (the logits' dtype, written by the kernels: no conversion; ``out`` if
+    given; NaN if a target is outside [0, C) and not ignore_index) and what the backward
+    needs: the gradient alone if written, else predictions, targets and ``stats``
+    (:func:`empty_state`).
+    Raises:
+        RuntimeError: the launcher returned a CUDA error.
     """
     predictions, targets = predictions.contiguous(), targets.contiguous()
     rows, cols = predictions.shape
-    (stats,) = empty_state(predictions)
-    base = stats.data_ptr()
-    counts, row_max, row_log_sum = (base + 4 * offset for offset in stats_layout(rows))
-    # One scratch allocation: the float32 loss in element 0 (returned as it is, a view, for
-    # float32 logits) and the per-row losses from byte 16 (valid_mean reads them 4 at a time).
-    scratch = torch.empty(4 + rows, device=predictions.device, dtype=torch.float32)
-    loss = scratch[0]
+    dtype, device = predictions.dtype, predictions.device
+    direct = out is not None and out.dtype is dtype
+    if state and not write_grad:
+        # the state is an output of its own (it must not alias the loss): two allocations
+        (stats,) = empty_state(predictions)
+        loss = out if direct else torch.empty((), device=device, dtype=dtype)
+        base = stats.data_ptr()
+    else:
+        # one allocation, in the logits' dtype: the loss in its first 16 bytes, then stats' layout
+        stats = torch.empty((48 + 12 * rows) // predictions.element_size(), device=device, dtype=dtype)
+        loss = out if direct else stats[0]
+        base = stats.data_ptr() + 16
     grad = gradient_buffer(predictions, grad_out) if write_grad else None
-    launch(ext.count_targets, predictions.device, targets, counts, rows, cols)
-    launch(getattr(ext, launcher), predictions.device, predictions, targets, counts, scratch.data_ptr() + 16,
-           row_max, row_log_sum, loss, grad, rows, cols, predictions.dtype)
+    launch_values(launcher, device, predictions.data_ptr(), targets.data_ptr(), base, base + 32, base + 32 + 4 * rows,
+                  base + 32 + 8 * rows, loss.data_ptr(), 0 if grad is None else grad.data_ptr(), rows, cols,
+                  DTYPE_CODES[dtype])
     saved = (predictions, targets, stats) if grad is None else (grad,)
-    if out is None and predictions.dtype == torch.float32:
-        return loss, saved
-    return (loss.to(predictions.dtype) if out is None else out.copy_(loss)), saved
+    if out is not None and not direct:
+        loss = out.copy_(loss)
+    return loss, saved
 
 
-def backward(ext, launcher: str, grad_in_forward: bool, saved: Sequence[torch.Tensor], grad_loss: torch.Tensor,
-             out: torch.Tensor | None = None) -> torch.Tensor:
-    """Run one rung's backward launcher: dL/dlogits, (N, C) in the logits' dtype, zero on
-    ignored rows, scaled by the 0-d ``grad_loss`` (written into ``out`` if given).
+def backward(launcher: Callable[..., None], grad_in_forward: bool, saved: Sequence[torch.Tensor],
+             grad_loss: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Run one rung's backward launcher (a bound function): dL/dlogits, (N, C) in the logits'
+    dtype, zero on ignored rows, scaled by the 0-d ``grad_loss`` (written into ``out`` if given).
 
     ``saved`` is what :func:`forward` returned for the backward; ``grad_in_forward`` says
     it is the forward's gradient, which the launcher then scales in place (no work when
-    grad_loss is 1).
+    grad_loss is 1). The kernels read ``grad_loss`` in the gradient's dtype (another dtype
+    or device is converted).
     """
     if grad_in_forward:
         grad = forward_gradient(saved[0], out)
-        predictions = targets = row_max = row_log_sum = counts = None
+        x = t = row_max = row_log_sum = counts = 0
     else:
         predictions, targets, stats = saved
-        base = stats.data_ptr()
-        counts, row_max, row_log_sum = (base + 4 * offset for offset in stats_layout(predictions.shape[0]))
         grad = gradient_buffer(predictions, out)
-    grad_loss = grad_loss.to(device=grad.device, dtype=torch.float32).contiguous()
-    launch(getattr(ext, launcher), grad.device, predictions, targets, row_max, row_log_sum, counts, grad_loss, grad,
-           *grad.shape, grad.dtype)
+        base, rows = stats.data_ptr(), predictions.shape[0]
+        x, t, counts, row_max, row_log_sum = (predictions.data_ptr(), targets.data_ptr(), base, base + 32 + 4 * rows,
+                                              base + 32 + 8 * rows)
+    if grad_loss.dtype is not grad.dtype or not grad_loss.is_cuda:
+        grad_loss = grad_loss.to(device=grad.device, dtype=grad.dtype)
+    rows, cols = grad.shape
+    launch_values(launcher, grad.device, x, t, row_max, row_log_sum, counts, grad_loss.data_ptr(), grad.data_ptr(),
+                  rows, cols, DTYPE_CODES[grad.dtype])
     return grad
 
 
@@ -346,7 +355,6 @@ def options_forward(ext, rung: str, logits: torch.Tensor, targets: torch.Tensor 
     state = options_empty_state(logits)
     loss = torch.empty((), device=device, dtype=torch.float32)
     grad = torch.empty_like(logits) if write_grad else None
-    launch(ext.options_prepare, device, targets, weight, state[3], rows, cols, ignore_index)
     launch(getattr(ext, f"{rung}_options_forward"), device, logits, targets, probs, weight, state[3], row_losses,
            *state[:3], loss, grad, rows, cols, ignore_index, float(label_smoothing), reduction, logits.dtype)
     out = row_losses if reduction == REDUCTIONS["none"] else loss

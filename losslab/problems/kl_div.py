@@ -8,14 +8,14 @@ divides by the batch size B only, not by B * D.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
 
 from losslab import build
 from losslab.problems.base import HALF_AND_FLOAT, Cost, Problem, misaligned_view
-from losslab.problems.launch import forward_gradient, gradient_buffer, launch
+from losslab.problems.launch import DTYPE_CODES, forward_gradient, gradient_buffer, launch, launch_values
 from losslab.validation import require_cuda, require_no_grad, require_tensor
 
 KNOWN_DTYPES = HALF_AND_FLOAT  # what the rungs take between them (check_dtype narrows per rung)
@@ -91,11 +91,12 @@ class KLDiv(Problem):
 
     def launch_forward(self, variant, inputs: Sequence[torch.Tensor], out=None, needs_grad=False, grad_out=None):
         launcher, write_grad = self.rung(variant).forward_launcher(needs_grad)
-        return forward(build.load_extension(self.name), launcher, write_grad, *inputs, out=out, grad_out=grad_out)
+        return forward(getattr(build.load_extension(self.name), launcher), write_grad, *inputs, out=out,
+                       grad_out=grad_out)
 
     def launch_backward(self, variant, saved, grad_loss, out=None):
         rung = self.rung(variant)
-        return backward(build.load_extension(self.name), rung.backward, rung.writes_grad_in_forward, saved,
+        return backward(getattr(build.load_extension(self.name), rung.backward), rung.writes_grad_in_forward, saved,
                         grad_loss, out=out)
 
 
@@ -127,10 +128,11 @@ def empty_state(predictions: torch.Tensor) -> tuple[torch.Tensor, ...]:
     return ()
 
 
-def forward(ext, launcher: str, write_grad: bool, predictions: torch.Tensor, targets: torch.Tensor,
-            out: torch.Tensor | None = None, grad_out: torch.Tensor | None = None,
+def forward(launcher: Callable[..., None], write_grad: bool, predictions: torch.Tensor, targets: torch.Tensor,
+            out: torch.Tensor | None = None, grad_out: torch.Tensor | None = None, state: bool = True,
             ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
-    """Run one rung's forward launcher (``launcher``, a name in ``ext``) on validated inputs.
+    """Run one rung's forward launcher (a bound function of the extension, e.g.
+    ``ext.vectorized_forward``) on validated inputs: one call into the extension.
 
     Args:
         predictions, targets: (B, D) of one dtype the rung takes, on one CUDA device, any
@@ -138,41 +140,53 @@ def forward(ext, launcher: str, write_grad: bool, predictions: torch.Tensor, tar
         write_grad: the rung writes dL/dp for grad_loss = 1 in this pass (into ``grad_out``
             if given, else a fresh (B, D) tensor); only for a rung that fuses it.
         out: optional 0-d tensor to write the loss into.
-    Returns the 0-d loss (the inputs' dtype unless ``out`` says otherwise) and what the
-    backward needs: the gradient alone if written, else (predictions, targets).
+        state: unused (the backward's state is the inputs; cross_entropy's forward has the
+            same signature).
+    Returns the 0-d loss (the inputs' dtype, written by the kernels: no conversion; ``out``
+    if given) and what the backward needs: the gradient alone if written, else
+    (predictions, targets).
+    Raises:
+        RuntimeError: the launcher returned a CUDA error.
     """
     predictions, targets = predictions.contiguous(), targets.contiguous()
     rows, cols = predictions.shape
-    # One allocation for the float32 loss (element 0) and the row partials (from byte 16):
-    # at small sizes each torch.empty is a sizeable part of a call's host time.
-    work = torch.empty(4 + rows, device=predictions.device, dtype=torch.float32)
-    loss = work[0]
+    dtype, device = predictions.dtype, predictions.device
+    # One allocation, in the inputs' dtype: the loss in its first 16 bytes, then the row
+    # partials and the launcher's 16 bytes (launchers.h). At small sizes each torch.empty
+    # is a sizeable part of a call's host time.
+    work = torch.empty((32 + 4 * rows) // predictions.element_size(), device=device, dtype=dtype)
+    direct = out is not None and out.dtype is dtype
+    loss = out if direct else work[0]
     grad = gradient_buffer(predictions, grad_out) if write_grad else None
-    launch(getattr(ext, launcher), predictions.device, predictions, targets, work.data_ptr() + 16, loss, grad,
-           rows, cols, predictions.dtype)
+    launch_values(launcher, device, predictions.data_ptr(), targets.data_ptr(), work.data_ptr() + 16,
+                  loss.data_ptr(), 0 if grad is None else grad.data_ptr(), rows, cols, DTYPE_CODES[dtype])
     saved = (predictions, targets) if grad is None else (grad,)
-    # the kernels accumulate and write the loss in fp32; it is returned in the inputs' dtype
-    if out is None and predictions.dtype == torch.float32:
-        return loss, saved
-    return (loss.to(predictions.dtype) if out is None else out.copy_(loss)), saved
+    if out is not None and not direct:
+        loss = out.copy_(loss)
+    return loss, saved
 
 
-def backward(ext, launcher: str, grad_in_forward: bool, saved: Sequence[torch.Tensor], grad_loss: torch.Tensor,
-             out: torch.Tensor | None = None) -> torch.Tensor:
-    """Run one rung's backward launcher: dL/dpredictions, (B, D) in the predictions' dtype,
-    scaled by the 0-d ``grad_loss`` (written into ``out`` if given).
+def backward(launcher: Callable[..., None], grad_in_forward: bool, saved: Sequence[torch.Tensor],
+             grad_loss: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Run one rung's backward launcher (a bound function): dL/dpredictions, (B, D) in the
+    predictions' dtype, scaled by the 0-d ``grad_loss`` (written into ``out`` if given).
 
     ``saved`` is what :func:`forward` returned; ``grad_in_forward`` says it is the forward's
-    gradient, which the launcher then scales in place (no work when grad_loss is 1).
+    gradient, which the launcher then scales in place (no work when grad_loss is 1). The
+    kernels read ``grad_loss`` in the gradient's dtype (another dtype or device is converted).
     """
     if grad_in_forward:
         grad = forward_gradient(saved[0], out)
-        predictions = targets = None
+        p = t = 0
     else:
         predictions, targets = saved
         grad = gradient_buffer(predictions, out)
-    grad_loss = grad_loss.to(device=grad.device, dtype=torch.float32).contiguous()
-    launch(getattr(ext, launcher), grad.device, predictions, targets, grad_loss, grad, *grad.shape, grad.dtype)
+        p, t = predictions.data_ptr(), targets.data_ptr()
+    if grad_loss.dtype is not grad.dtype or not grad_loss.is_cuda:
+        grad_loss = grad_loss.to(device=grad.device, dtype=grad.dtype)
+    rows, cols = grad.shape
+    launch_values(launcher, grad.device, p, t, grad_loss.data_ptr(), grad.data_ptr(), rows, cols,
+                  DTYPE_CODES[grad.dtype])
     return grad
 
 
@@ -182,7 +196,7 @@ PROBLEM = KLDiv()
 # --- PyTorch's options (losslab.nn.functional.kl_div): vectorized and fused only --------------
 
 REDUCTIONS = {"none": 0, "mean": 1, "sum": 2, "batchmean": 3}
-MAX_PARTIALS = 1024  # KL_DIV_OPTIONS_MAX_BLOCKS of kernels/kl_div/options.h
+MAX_PARTIALS = 1024  # KL_DIV_OPTIONS_MAX_BLOCKS of kernels/kl_div/options.h; its scratch holds 4 floats more
 
 
 def options_divisor(shape: Sequence[int], reduction: int) -> float:
@@ -216,13 +230,13 @@ def options_forward(ext, rung: str, inputs: torch.Tensor, targets: torch.Tensor,
     """
     device, n = inputs.device, inputs.numel()
     none = reduction == REDUCTIONS["none"]
-    partials = torch.empty(MAX_PARTIALS, device=device, dtype=torch.float32)
-    loss = torch.empty((), device=device, dtype=torch.float32)
+    partials = torch.empty(MAX_PARTIALS + 4, device=device, dtype=torch.float32)
+    loss = torch.empty((), device=device, dtype=inputs.dtype)
     terms = torch.empty_like(inputs) if none else None
     grad = torch.empty_like(inputs) if write_grad else None
     launch(getattr(ext, f"{rung}_options_forward"), device, inputs, targets, partials, loss, terms, grad, n,
            int(log_target), options_divisor(inputs.shape, reduction), inputs.dtype)
-    return (terms if none else loss.to(inputs.dtype)), grad
+    return (terms if none else loss), grad
 
 
 def options_backward(ext, targets: torch.Tensor, grad_loss: torch.Tensor, reduction: int,
@@ -231,7 +245,7 @@ def options_backward(ext, targets: torch.Tensor, grad_loss: torch.Tensor, reduct
     targets alone; ``grad_loss`` is 0-d, or the inputs' shape for reduction none."""
     grad = torch.empty_like(targets, memory_format=torch.contiguous_format)
     none = reduction == REDUCTIONS["none"]
-    scalar = None if none else grad_loss.to(device=grad.device, dtype=torch.float32).contiguous()
+    scalar = None if none else grad_loss.to(device=grad.device, dtype=grad.dtype)
     terms = grad_loss.to(device=grad.device, dtype=grad.dtype).contiguous() if none else None
     launch(ext.vectorized_options_backward, grad.device, targets, scalar, terms, grad, grad.numel(),
            int(log_target), options_divisor(targets.shape, reduction), grad.dtype)

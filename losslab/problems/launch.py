@@ -32,13 +32,21 @@ def launch(launcher: Callable[..., None], device: torch.device, *args: object) -
         RuntimeError: the launcher returned a CUDA error (its message names the launcher).
         KeyError: a dtype no launcher takes.
     """
-    # At small sizes the host's time per call is the whole cost of a loss, so this path is
-    # written for it: exact-type tests first (the common numbers), a tensor last (anything
-    # else is one: a subclass too); the raw stream handle and the device check directly,
-    # where torch.cuda.device() and torch.cuda.current_stream() (a Stream object each call)
-    # cost several microseconds.
-    values = [arg if arg.__class__ in (int, float, bool) else 0 if arg is None
-              else DTYPE_CODES[arg] if arg.__class__ is torch.dtype else arg.data_ptr() for arg in args]
+    launch_values(launcher, device, *[arg if arg.__class__ in (int, float, bool) else 0 if arg is None
+                                      else DTYPE_CODES[arg] if arg.__class__ is torch.dtype else arg.data_ptr()
+                                      for arg in args])
+
+
+def launch_values(launcher: Callable[..., None], device: torch.device, *values: int | float) -> None:
+    """:func:`launch` for arguments already converted (data pointers, sizes and DType codes as
+    numbers): the path of the rungs' forward and backward, where the host's time per call is
+    the whole cost of a small loss.
+
+    Raises:
+        RuntimeError: the launcher returned a CUDA error (its message names the launcher).
+    """
+    # The raw stream handle and the device check directly: torch.cuda.device() and
+    # torch.cuda.current_stream() (a Stream object each call) cost several microseconds.
     index = device.index
     if torch._C._cuda_getDevice() == index:
         launcher(*values, torch._C._cuda_getCurrentRawStream(index))

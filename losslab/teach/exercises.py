@@ -254,10 +254,10 @@ class FusedVariant(custom.CustomVariant):
         return importlib.import_module(type(problems.get(self.problem)).__module__)
 
     def launch_forward(self, inputs, out=None, needs_grad=False, grad_out=None):
-        return self._host().forward(self.module, "custom_forward", True, *inputs, out=out, grad_out=grad_out)
+        return self._host().forward(self.module.custom_forward, True, *inputs, out=out, grad_out=grad_out)
 
     def launch_backward(self, saved, grad_loss, out=None):
-        return self._host().backward(self.module, "custom_backward", True, saved, grad_loss, out=out)
+        return self._host().backward(self.module.custom_backward, True, saved, grad_loss, out=out)
 
 
 def fused_checks_in_child(problem: str, name: str, cuda_source: str, root: str, sizes: list[str],

@@ -1,10 +1,11 @@
 // Pitfall: a float atomicAdd reduction, whose result changes from run to run.
 //
 // Each block adds its row's sum straight into the loss with atomicAdd: one
-// kernel instead of two, and no row_partials. But blocks finish in a different
-// order on every run, and float addition is not associative, so the last bits
-// of the loss depend on the order: two runs on the same inputs disagree. The
-// ladder writes per-row partials and adds them in a fixed order instead.
+// kernel, and no row_partials. But blocks finish in a different order on every
+// run, and float addition is not associative, so the last bits of the loss
+// depend on the order: two runs on the same inputs disagree. The ladder writes
+// per-row partials and adds them in a fixed order instead (its one-kernel rungs
+// in the last block to finish, common/last_block.cuh).
 // Otherwise this is the warp_shuffle rung.
 #include "kl_div/kl_div.cuh"
 #include "common/reduce.cuh"
@@ -26,13 +27,13 @@ atomic_kernel(const float* __restrict__ predictions,  // (B, D)
 }
 
 cudaError_t kl_div_custom_forward(const void* predictions_, const void* targets_, float* row_partials,
-                                  float* loss, void* /*grad_predictions: not fused*/, int64_t B, int64_t D,
+                                  void* loss, void* /*grad_predictions: not fused*/, int64_t B, int64_t D,
                                   DType dtype, cudaStream_t stream) {
     if (dtype != DType::float32) return cudaErrorInvalidValue;  // float32 only
     const float* predictions = static_cast<const float*>(predictions_);
     const float* targets = static_cast<const float*>(targets_);
     cudaError_t err = cudaMemsetAsync(loss, 0, sizeof(float), stream);
     if (err != cudaSuccess) return err;
-    atomic_kernel<<<B, THREADS, 0, stream>>>(predictions, targets, loss, B, D);
+    atomic_kernel<<<B, THREADS, 0, stream>>>(predictions, targets, static_cast<float*>(loss), B, D);
     return cudaGetLastError();
 }

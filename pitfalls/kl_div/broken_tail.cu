@@ -61,7 +61,7 @@ pitfall_broken_tail_kernel(const T* __restrict__ predictions,  // (B, D)
 }
 
 cudaError_t kl_div_custom_forward(const void* predictions, const void* targets, float* row_partials,
-                                      float* loss, void* /*grad_predictions: not fused*/, int64_t B, int64_t D,
+                                      void* loss, void* /*grad_predictions: not fused*/, int64_t B, int64_t D,
                                       DType dtype, cudaStream_t stream) {
     cudaError_t err = dispatch_dtype(dtype, [&](auto tag) {
         using T = decltype(tag);

@@ -34,7 +34,7 @@ pitfall_missing_sync_kernel(const float* __restrict__ predictions,  // (B, D)
 }
 
 cudaError_t kl_div_custom_forward(const void* predictions, const void* targets, float* row_partials,
-                                         float* loss, void* /*grad_predictions: not fused*/, int64_t B, int64_t D,
+                                         void* loss, void* /*grad_predictions: not fused*/, int64_t B, int64_t D,
                                          DType dtype, cudaStream_t stream) {
     if (dtype != DType::float32) return cudaErrorInvalidValue;  // a teaching rung: float32 only
     pitfall_missing_sync_kernel<<<B, THREADS, 0, stream>>>(static_cast<const float*>(predictions),

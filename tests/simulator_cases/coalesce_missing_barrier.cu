@@ -26,7 +26,7 @@ coalesced_forward_kernel(const float* __restrict__ predictions,  // (B, D)
 }
 
 cudaError_t kl_div_custom_forward(const void* predictions_, const void* targets_, float* row_partials,
-                                  float* loss, void* /*grad_predictions: not fused*/, int64_t B, int64_t D,
+                                  void* loss, void* /*grad_predictions: not fused*/, int64_t B, int64_t D,
                                   DType dtype, cudaStream_t stream) {
     if (dtype != DType::float32) return cudaErrorInvalidValue;  // float32 only
     const float* predictions = static_cast<const float*>(predictions_);

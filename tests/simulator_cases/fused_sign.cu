@@ -38,7 +38,7 @@ fused_forward_kernel(const float* __restrict__ predictions,  // (B, D)
     if (threadIdx.x == 0) row_partials[blockIdx.x] = sum;
 }
 
-cudaError_t kl_div_custom_forward(const void* predictions, const void* targets, float* row_partials, float* loss,
+cudaError_t kl_div_custom_forward(const void* predictions, const void* targets, float* row_partials, void* loss,
                                   void* grad_predictions, int64_t B, int64_t D, DType dtype, cudaStream_t stream) {
     if (dtype != DType::float32 || grad_predictions == nullptr) return cudaErrorInvalidValue;
     fused_forward_kernel<<<B, THREADS, 0, stream>>>(static_cast<const float*>(predictions),
@@ -51,7 +51,7 @@ cudaError_t kl_div_custom_forward(const void* predictions, const void* targets, 
 
 // The forward wrote dL/dp for grad_loss = 1: scale it in place by grad_loss (read on the device).
 cudaError_t kl_div_custom_backward(const void* /*predictions: unread*/, const void* /*targets: unread*/,
-                                   const float* grad_loss, void* grad_predictions, int64_t B, int64_t D,
+                                   const void* grad_loss, void* grad_predictions, int64_t B, int64_t D,
                                    DType dtype, cudaStream_t stream) {
     return scale_in_place(grad_predictions, grad_loss, B * D, dtype, stream);
 }

@@ -77,8 +77,8 @@ online_softmax_forward_kernel(const float* __restrict__ logits,     // (N, C)
     if (threadIdx.x == 0) store_row(x, targets[row], C, lse, row, row_losses, row_max, row_log_sum);
 }
 
-cudaError_t cross_entropy_custom_forward(const void* logits, const int64_t* targets, const int64_t* counts,
-                                         float* row_losses, float* row_max, float* row_log_sum, float* loss,
+cudaError_t cross_entropy_custom_forward(const void* logits, const int64_t* targets, int64_t* counts,
+                                         float* row_losses, float* row_max, float* row_log_sum, void* loss,
                                          void* /*grad_logits: not fused*/, int64_t N, int64_t C, DType dtype,
                                          cudaStream_t stream) {
     if (dtype != DType::float32) return cudaErrorInvalidValue;  // float32 only
@@ -86,5 +86,5 @@ cudaError_t cross_entropy_custom_forward(const void* logits, const int64_t* targ
                                                              row_losses, row_max, row_log_sum, C);
     cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return err;
-    return cross_entropy_valid_mean(row_losses, counts, loss, N, stream);
+    return cross_entropy_valid_mean(targets, row_losses, counts, loss, N, C, stream);
 }

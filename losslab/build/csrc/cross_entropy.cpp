@@ -1,7 +1,8 @@
 // Python binding of the cross_entropy launchers (kernels/cross_entropy/launchers.h):
-// the target-counting stage and each rung's forward and backward, bound by their
-// one declaration. Python validates and allocates the tensors and passes data
-// pointers, sizes, the dtype code and the current CUDA stream as integers.
+// each rung's forward and backward, bound by their one declaration (a launcher runs
+// all its stages: one call from Python per forward and per backward). Python
+// validates and allocates the tensors and passes data pointers, sizes, the dtype
+// code and the current CUDA stream as integers.
 #include "bind.h"
 #include "cross_entropy/cluster.h"
 #include "cross_entropy/launchers.h"
@@ -16,15 +17,13 @@
 #endif
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-    m.doc() = "losslab cross_entropy kernels: count_targets, then <rung>_forward and <rung>_backward per rung";
-    losslab::bind(m, "count_targets", &cross_entropy_count_targets);
+    m.doc() = "losslab cross_entropy kernels: <rung>_forward and <rung>_backward per rung";
 #define BIND_RUNG(rung)                                                        \
     losslab::bind(m, #rung "_forward", &cross_entropy_##rung##_forward);      \
     losslab::bind(m, #rung "_backward", &cross_entropy_##rung##_backward);
     BOUND_RUNGS(BIND_RUNG)
 #undef BIND_RUNG
 #ifdef BIND_OPTIONS
-    losslab::bind(m, "options_prepare", &cross_entropy_options_prepare);
     losslab::bind(m, "vectorized_options_forward", &cross_entropy_vectorized_options_forward);
     losslab::bind(m, "vectorized_options_backward", &cross_entropy_vectorized_options_backward);
     losslab::bind(m, "fused_options_forward", &cross_entropy_fused_options_forward);

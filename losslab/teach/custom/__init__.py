@@ -15,9 +15,12 @@ parameter's shape. Pointers are device pointers to contiguous data; launch on ``
 return ``cudaGetLastError()``. A custom forward never fuses the gradient: its gradient pointer
 is null. Without a backward, a shipped rung's backward runs on what the forward saved (say
 which with ``backward=``). Your launchers run through the problem's own host code, as a
-rung's do: for cross_entropy, ``count_targets`` fills ``counts`` (rows with a valid target,
-targets out of range) before your forward, and a row whose target is out of range must not
-be indexed with it (the shipped rungs write NaN for it; ``check_targets`` raises for it).
+rung's do: one call per forward, which does every stage. For cross_entropy your forward
+also writes ``counts`` (rows with a valid target, targets out of range) and the loss: after
+your row kernel, ``cross_entropy_valid_mean`` (declared in launchers.h) does both, as the
+teaching rungs' launchers do. A row whose target is out of range must not be indexed with it
+(the shipped rungs write NaN for it; ``check_targets`` raises for it). The loss and
+``grad_loss`` have the inputs' dtype (float32 for a custom variant).
 ``#include`` works relative to ``kernels/`` (``"common/reduce.cuh"``,
 ``"kl_div/kl_div.cuh"``, ...); ``kernels/common/*.cu`` and the problem's non-rung files
 (e.g. ``cross_entropy/valid_mean.cu``) are linked in.

@@ -8,7 +8,7 @@ that declaration: the text shown to the user (:func:`signature`, each parameter 
 shape its comment gives), the compile-time check that the user's launchers have those
 types, and what the binding binds (``building``: with ``losslab/build/csrc/bind.h``, which
 reads the parameter list from the function's type). The problem's *stages* (its other
-launchers, e.g. cross_entropy's ``count_targets``) are read the same way.
+launchers, e.g. cross_entropy's ``valid_mean``) are read the same way.
 """
 from __future__ import annotations
 
@@ -84,8 +84,9 @@ class Contract:
 
     ``forward``/``backward``: the rungs' launcher declarations (named ``<problem>_rung_*``
     here; :meth:`function` gives a variant's name); ``stages``: the problem's other launchers
-    (e.g. cross_entropy's ``count_targets``, which its host code runs before a rung's forward),
-    bound into a custom build as the shipped binding binds them; ``support``: the .cu files
+    (e.g. cross_entropy's ``valid_mean``, which the teaching rungs' forward launchers run after
+    their row kernel), bound into a custom build too (callable from Python there, to try one
+    stage alone; the host code calls only the rung's launchers); ``support``: the .cu files
     under ``kernels/`` linked into a custom build (``common/`` and the problem's non-rung files).
     """
 

@@ -27,8 +27,8 @@ def default_backward(problem: str) -> str:
 
 
 def _host(problem: str):
-    """The module of ``problem`` whose ``forward(ext, launcher, write_grad, *inputs, out=, grad_out=)``
-    and ``backward(ext, launcher, grad_in_forward, saved, grad_loss, out=)`` run any rung's launchers."""
+    """The module of ``problem`` whose ``forward(launcher, write_grad, *inputs, out=, grad_out=)``
+    and ``backward(launcher, grad_in_forward, saved, grad_loss, out=)`` run any bound launcher."""
     return importlib.import_module(type(problems.get(problem)).__module__)
 
 
@@ -99,14 +99,14 @@ class CustomVariant(PythonVariant):
         the problem's stages); returns the 0-d loss (in ``out`` if given) and what the backward
         needs. ``needs_grad``/``grad_out`` are accepted and ignored: a custom forward never
         writes the gradient (its gradient pointer is null)."""
-        return _host(self.problem).forward(self.module, "custom_forward", False, *inputs, out=out)
+        return _host(self.problem).forward(self.module.custom_forward, False, *inputs, out=out)
 
     def launch_backward(self, saved, grad_loss, out=None):
         """Run the source's backward launcher (or the shipped ``backward_from`` rung's): the
         gradient w.r.t. the first input, scaled by the 0-d ``grad_loss``."""
         if self.backward_from is not None:
             return problems.get(self.problem).launch_backward(self.backward_from, saved, grad_loss, out=out)
-        return _host(self.problem).backward(self.module, "custom_backward", False, saved, grad_loss, out=out)
+        return _host(self.problem).backward(self.module.custom_backward, False, saved, grad_loss, out=out)
 
     def _repr_html_(self) -> str:
         backward = "its own" if self.backward_from is None else f"the shipped {self.backward_from} rung's"

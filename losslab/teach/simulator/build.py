@@ -181,7 +181,7 @@ def _atomic_dir(final: Path, fill) -> Path:
 def support_sources(kernels: Path, problem: str) -> list[Path]:
     """The .cu files linked beside a participant's source, as a custom build links them:
     ``common/*.cu`` and the problem's files that are not rungs (launchers.h's
-    ``<PROBLEM>_RUNGS`` list names the rungs), e.g. cross_entropy's count_targets.cu."""
+    ``<PROBLEM>_RUNGS`` list names the rungs), e.g. cross_entropy's valid_mean.cu."""
     launchers = (kernels / problem / "launchers.h").read_text()
     rungs_line = re.search(r"#define\s+\w+_RUNGS\(X\)(.*)", launchers)
     rungs = set(re.findall(r"X\((\w+)\)", rungs_line[1])) if rungs_line else set()

@@ -248,3 +248,5 @@ template <typename T> inline T atomicMax(T* p, T v) { T old = *p; *p = old < v ?
 template <typename T> inline T atomicMin(T* p, T v) { T old = *p; *p = v < old ? v : old; return old; }
 template <typename T> inline T atomicExch(T* p, T v) { T old = *p; *p = v; return old; }
 template <typename T> inline T atomicCAS(T* p, T cmp, T v) { T old = *p; if (old == cmp) *p = v; return old; }
+// cache-hinted loads (__ldcg: through L2 only) read memory as any load does here
+template <typename T> inline T __ldcg(const T* p) { return *p; }

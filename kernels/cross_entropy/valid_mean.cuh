@@ -1,0 +1,39 @@
+// The end of every cross_entropy forward: the mean of the row losses over the
+// valid rows. Ignored rows leave both the sum and the count, so with every row
+// ignored it is 0 / 0 = NaN, as in PyTorch; a target out of range makes it NaN.
+#pragma once
+#include <cstdint>
+#include <math.h>
+#include "common/last_block.cuh"
+#include "common/vector_load.cuh"
+#include "cross_entropy/cross_entropy.cuh"
+
+// One target's share of counts = {rows with a class, targets out of range}.
+__device__ __forceinline__ void count_target(int64_t target, int64_t C, int64_t& valid, int64_t& out_of_range) {
+    valid += target_in_range(target, C);
+    out_of_range += !target_in_range(target, C) && target != IGNORE_INDEX;
+}
+
+template <typename T>
+__device__ __forceinline__ void write_mean(float sum, int64_t valid, int64_t out_of_range, T* loss) {
+    *loss = from_float<T>(out_of_range ? NAN : sum / float(valid));
+}
+
+// The end of a one-kernel forward: every block (or, given `index` and
+// `publishers`, each of that many blocks, e.g. one per cluster) publishes its
+// loss; the last to finish adds them in a fixed order and writes the mean, the
+// counts (added by every block before its ticket, or by an earlier stage) being
+// complete by then.
+template <typename T>
+__device__ __forceinline__ void finish_mean(float block_loss, float* block_losses, const int64_t* counts,
+                                            unsigned int* ticket, T* loss, unsigned int index = blockIdx.x,
+                                            unsigned int publishers = gridDim.x) {
+    if (!publish_partial(block_loss, block_losses, ticket, index, publishers)) return;
+    const float sum = sum_in_order(block_losses, publishers);
+    if (threadIdx.x == 0) write_mean(sum, __ldcg(counts), __ldcg(counts + 1), loss);
+}
+
+// The ticket a one-kernel forward draws: counts' scratch half (launchers.h).
+__host__ __device__ inline unsigned int* counts_ticket(int64_t* counts) {
+    return reinterpret_cast<unsigned int*>(counts + 2);
+}
