@@ -17,7 +17,7 @@ nbformat = pytest.importorskip("nbformat", reason=REASON)
 papermill = pytest.importorskip("papermill", reason=REASON)
 
 from losslab import records  # noqa: E402 (after the skips)
-from losslab.present import parameters, report  # noqa: E402
+from losslab.present import evidence, parameters, report  # noqa: E402
 
 NOTEBOOKS = report.notebooks()
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -156,6 +156,26 @@ def test_the_explorer_shows_the_recorded_counters_and_the_knobs_of_each_rung(bui
     if not torch.cuda.is_available():
         assert "No GPU here: nothing is built or timed" in text
 
+
+def test_the_cluster_section_shows_the_recorded_before_and_after(tmp_path):
+    """02's cluster section on the newest committed record: fused's forward+backward at the long
+    rows as recorded, the SASS of the idea (or that nvcc is missing), and cluster's times, or one
+    line saying the record holds none yet (and no number for them)."""
+    executed = run("02_cross_entropy", tmp_path, live=False)
+    start = next(i for i, c in enumerate(executed.cells) if c.source.startswith("## cluster: rows too long"))
+    cells = [c for c in executed.cells[start:] if c.cell_type == "code"][:5]
+    shown = [all_text(nbformat.v4.new_notebook(cells=[c])) for c in cells]
+    section = records.latest_section("cross_entropy")
+    found = evidence.long_rows(section)
+    for row in found:
+        assert f"{row.label}: fused forward+backward {row.lower_ms:.3f} ms" in shown[0]
+    assert "UBLKCP.S.G" in shown[1] or "nvcc (or cuobjdump) is missing" in shown[1]
+    if all(row.cluster_ms is None for row in found):
+        assert "holds no cluster rows at 4096 x 131072 or 2048 x 262144 yet" in shown[2]
+        assert "\n" not in shown[2].strip() and "&times;" not in shown[2]  # one line, no table
+    else:
+        assert all(f"{row.cluster_ms:.3f}" in shown[2] for row in found if row.cluster_ms is not None)
+    assert ("No GPU here: cluster_plan asks the device" in shown[4]) != torch.cuda.is_available()
 
 # --- a parameter a notebook cannot take ------------------------------------------------------------
 

@@ -6,7 +6,8 @@ make holds on the committed records, and fails on a doctored copy) and the SASS 
 appear; records of several devices and runs told apart.
 
 The sections are the shared ``make_section`` fixture (made-up round numbers) or copies of it,
-written only to tmp folders; two tests read the committed record under ``reports/results/``.
+written only to tmp folders; the evidence tests also read the committed records under
+``reports/results/``.
 """
 import dataclasses
 import html
@@ -485,6 +486,104 @@ def test_steps_are_the_rung_below_over_the_rung():
     assert f"warp_shuffle -> vectorized: forward x{forward:.2f}  backward x{s.speedup:.2f}" in table
 
 
+# --- cluster: rows too long for one SM (notebook 02's cluster section) ---------------------------------
+
+def long_row_section(make_section, fractions: dict, doctored: dict | None = None) -> records.Section:
+    """The cross_entropy fixture section on an H200 (datasheet floor) plus forward+backward rows at
+    each long-row shape and dtype: rung -> the fraction of the read-once/write-once floor it reaches
+    there (a rung left out: not recorded); ``doctored`` {(rung, shape, dtype): fraction} overrides one."""
+    from losslab.measure.ceilings import physical_floor
+
+    data = make_section("cross_entropy", device=H200)
+    template = next(r for r in data["rows"] if r["direction"] == "forward_backward" and r["kind"] == "variant")
+    spec = problems.get("cross_entropy")
+    rows = list(data["rows"])
+    for shape in evidence.LONG_ROWS:
+        for dtype in evidence.LONG_ROW_DTYPES:
+            floor = physical_floor(spec.cost(shape, "forward_backward", getattr(torch, dtype)).bytes, H200).ms
+            for rung, fraction in fractions.items():
+                ms = floor / (doctored or {}).get((rung, shape, dtype), fraction)
+                rows.append({**template, "implementation": rung, "shape": list(shape), "dtype": dtype,
+                             "median_ms": ms, "p10_ms": ms, "p90_ms": ms})
+    return results.as_section({**data, "problem": "cross_entropy", "rows": rows})
+
+
+BEFORE_AFTER = {"fused": 0.56, "cluster": 0.85}  # fused under the re-read bound (2/3), cluster above it
+
+
+def test_the_cluster_claims_hold_where_the_numbers_support_them(make_section):
+    section = long_row_section(make_section, BEFORE_AFTER)
+    found = evidence.cluster_claims(section)
+    assert len(found) == len(evidence.LONG_ROWS) * (2 * len(evidence.LONG_ROW_DTYPES) + len(evidence.READ_ONCE_DTYPES))
+    assert {c.key for c in found if "reads_once" in c.key} == {"cluster_reads_once_4096x131072_float32",
+                                                            "cluster_reads_once_2048x262144_float32"}
+    assert all(c.holds for c in found), [c.statement for c in found if not c.holds]
+    statements = "\n".join(html.unescape(c.statement) for c in found)
+    assert "4096 x 131072 float32: fused reaches 56% of the read-once/write-once floor, at most the 67%" in statements
+    assert "×1.52 fused (above 1: faster)" in statements and "cluster reaches 85% of the read-once/write-once" \
+        in statements
+    before = evidence.long_rows_before(section).plain
+    assert "From NVIDIA H200's record (2000-01-01):" in before
+    live = evidence.long_rows_before(dataclasses.replace(section, source="live")).plain
+    assert live.startswith("From the sweep measured now on NVIDIA H200:")
+    assert "4096 x 131072 bfloat16: fused forward+backward" in before and "56% of the read-once/write-once floor" \
+        in before and "at most 67% of it" in before
+    after = evidence.long_rows_after(section).plain
+    assert after.count("x1.52 fused") == 4 and "(85%)" in after and "(56% of the floor)" in after
+    assert after.count("above the 67% of a kernel that reads twice: yes") == 4
+
+
+@pytest.mark.parametrize("fractions, doctored, failing", [
+    # cluster slower than fused at one shape and dtype: its two claims there fail, and no other
+    (BEFORE_AFTER, {("cluster", (2048, 262144), "bfloat16"): 0.5}, r"cluster_.*_2048x262144_bfloat16$"),
+    # cluster faster than fused but under the bound of a kernel that reads the logits twice: not read once
+    ({"fused": 0.56, "cluster": 0.62}, {}, "cluster_reads_once_"),
+    # fused above that bound: it would not be re-reading the logits from DRAM
+    ({"fused": 0.75, "cluster": 0.85}, {}, "fused_rereads_"),
+], ids=["cluster-slower", "cluster-rereads", "fused-reads-once"])
+def test_a_cluster_claim_fails_when_the_data_parts_from_it(make_section, fractions, doctored, failing):
+    found = evidence.cluster_claims(long_row_section(make_section, fractions, doctored))
+    assert {c.key for c in found if c.holds is False} == {c.key for c in found if re.match(failing, c.key)}
+    assert all(c.holds for c in found if not re.match(failing, c.key))
+
+
+def test_without_cluster_rows_the_after_says_so_in_one_line_and_invents_nothing(make_section):
+    section = long_row_section(make_section, {"fused": 0.56})
+    after = evidence.long_rows_after(section)
+    assert str(after).startswith("<p") and "\n" not in after.plain
+    assert "holds no cluster rows at 4096 x 131072 or 2048 x 262144 yet" in after.plain
+    assert evidence.RERECORD in after.plain and not re.search(r"\d ms|%", after.plain)
+    found = {c.key: c for c in evidence.cluster_claims(section)}
+    assert found["fused_rereads_4096x131072_float32"].holds is True
+    assert all(c.holds is None and "not recorded yet" in c.statement for k, c in found.items()
+               if k.startswith("cluster_"))
+    nothing = long_row_section(make_section, {})
+    assert "holds no fused forward+backward rows" in evidence.long_rows_before(nothing).plain
+    assert evidence.cluster_claims(None) == [] and "No results yet" in evidence.long_rows_after(None)
+    with pytest.raises(ValueError, match="problem: kl_div has no rung that falls back"):
+        evidence.cluster_claims(results.as_section({**make_section(), "problem": "kl_div"}))
+
+
+COMMITTED = [r.device for r in records.load_records() if "cross_entropy" in r.sections]
+
+
+@pytest.mark.parametrize("device", COMMITTED)
+def test_fused_rereads_long_rows_on_the_committed_record(device):
+    found = [c for c in evidence.cluster_claims(records.latest_section("cross_entropy", device))
+             if c.key.startswith("fused_rereads_")]
+    assert len(found) == 4 and all(c.holds for c in found), [html.unescape(c.statement) for c in found]
+
+
+@pytest.mark.parametrize("device", COMMITTED)
+def test_the_cluster_claims_hold_on_the_committed_record(device):
+    section = records.latest_section("cross_entropy", device)
+    if all(r.cluster_ms is None for r in evidence.long_rows(section)):
+        pytest.skip(f"{device}'s committed record ({section.date[:10]}) holds no cluster rows at the long-row "
+                    f"shapes yet: it predates the rung; re-record with `{evidence.RERECORD}` on a GPU")
+    found = evidence.cluster_claims(section)
+    assert all(c.holds for c in found), [html.unescape(c.statement) for c in found if not c.holds]
+
+
 # --- SASS and registers per rung (compile tier: nvcc) --------------------------------------------------
 
 @pytest.mark.compile
@@ -513,3 +612,21 @@ def test_sass_without_nvcc_says_so(monkeypatch, tmp_path):
     assert machine_code.rung_code("kl_div", "naive") is None
     assert "nvcc (or cuobjdump) is missing" in str(machine_code.sass_table("kl_div", ["naive"]))
     assert "nvcc (or cuobjdump) is missing" in str(machine_code.sass_lines("kl_div", "naive"))
+
+
+@pytest.mark.compile
+def test_cluster_machine_code_shows_the_instructions_of_its_idea():
+    shown = evidence.cluster_machine_code()
+    counts = {line.split()[0]: int(line.split()[1]) for line in shown.plain.splitlines()}
+    assert list(counts) == [op for op, _, _ in evidence.CLUSTER_SASS] and all(counts.values()), counts
+    assert "UBLKCP.S.G [UR" in shown.plain and "float32 forward kernel, SASS for sm_90" in shown
+
+
+def test_cluster_machine_code_without_nvcc_says_so(monkeypatch):
+    from losslab import build
+
+    def missing(*args):
+        raise build.BuildError("nvcc not found")
+
+    monkeypatch.setattr(build, "compile_cubin", missing)
+    assert "nvcc (or cuobjdump) is missing" in evidence.cluster_machine_code().plain
