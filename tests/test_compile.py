@@ -83,3 +83,22 @@ def test_extension_builds_and_imports(problem):
         assert callable(getattr(ext, rung.backward))
     with pytest.raises(TypeError):  # bind.h maps each parameter: a wrong count is refused by pybind11
         getattr(ext, problems.get(problem).rungs[0].forward)(0)
+
+
+def packed_exp_margin(cubin) -> dict[str, int]:
+    """Per 16-bit forward kernel of a cubin: MUFU.EX2 count minus FFMA.RM count (expf's range reduction)."""
+    return {name: len(re.findall(r"MUFU\.EX2", sass)) - len(re.findall(r"FFMA\.RM", sass))
+            for name, sass in build.disassemble(cubin).items()
+            if "forward_kernel" in name and "bfloat16" in name and "options" not in name}
+
+
+@pytest.mark.parametrize("stem", ["vectorized", "fused"])
+def test_cross_entropy_packed_exp_has_no_range_reduction(cubins, stem):
+    # issue 13: at two bytes an element, expf's range reduction (about 8 instructions, one FFMA.RM)
+    # kept the bf16 forward from memory speed; the packed loops take exp as FFMA + MUFU.EX2 alone.
+    # A full round of packs (8 bf16 values each) is at least 64 exps with no FFMA.RM beside them.
+    cubin, _ = cubins[(build.KERNELS / "cross_entropy" / f"{stem}.cu", "sm_90")]
+    margins = packed_exp_margin(cubin)
+    assert margins, f"no bf16 forward kernel in cross_entropy/{stem}.cu"
+    for name, margin in margins.items():
+        assert margin >= 64, f"{name}: only {margin} MUFU.EX2 without an expf range reduction"

@@ -4,6 +4,7 @@
 // on a 16-byte aligned address.
 #pragma once
 #include <cstdint>
+#include <type_traits>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -38,17 +39,64 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(f
 
 // A pack is the elements of T that fit in 16 bytes: 4 floats or 8 halves. It
 // keeps the raw bits (4 registers) and widens an element only when it is used,
-// so 16-bit packs cost no more registers in flight than float ones.
+// so 16-bit packs cost no more registers in flight than float ones. A 16-bit
+// element is widened straight from its 32-bit word (bf16: one shift or mask;
+// fp16: one HADD2.F32), and pairs are narrowed by one packing conversion
+// (F2FP), never through a 16-bit register and a merge.
 template <typename T>
 struct Pack {
     static constexpr int size = 16 / sizeof(T);
     union {
         uint4 raw;
+        uint32_t words[4];
         T elems[size];
     };
-    __device__ __forceinline__ float operator[](int k) const { return to_float(elems[k]); }
+    __device__ __forceinline__ float operator[](int k) const;
     __device__ __forceinline__ void set(int k, float x) { elems[k] = from_float<T>(x); }
 };
+
+template <> __device__ __forceinline__ float Pack<float>::operator[](int k) const { return __uint_as_float(words[k]); }
+template <> __device__ __forceinline__ float Pack<__nv_bfloat16>::operator[](int k) const {
+    const uint32_t w = words[k / 2];
+    return __uint_as_float(k % 2 ? w & 0xffff0000u : w << 16);  // bf16 is the top half of a float
+}
+template <> __device__ __forceinline__ float Pack<__half>::operator[](int k) const {
+    const uint32_t w = words[k / 2];
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(k % 2 ? w >> 16 : w & 0xffffu)));
+}
+
+// Two floats as one 32-bit word of T (round to nearest even), for pack_of.
+__device__ __forceinline__ uint32_t pair_bits(float a, float b, __nv_bfloat16*) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    return *reinterpret_cast<const uint32_t*>(&h);
+}
+__device__ __forceinline__ uint32_t pair_bits(float a, float b, __half*) {
+    const __half2 h = __floats2half2_rn(a, b);
+    return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+// The element-wise maximum of two words of 16-bit values: one HMNMX2 for two
+// elements (exact: a maximum does not round). Like fmaxf, it drops a NaN.
+template <typename T>
+__device__ __forceinline__ uint32_t max_bits(uint32_t a, uint32_t b) {
+    using T2 = typename std::conditional<std::is_same<T, __half>::value, __half2, __nv_bfloat162>::type;
+    const T2 m = __hmax2(*reinterpret_cast<const T2*>(&a), *reinterpret_cast<const T2*>(&b));
+    return *reinterpret_cast<const uint32_t*>(&m);
+}
+
+// The pack holding f[0..size) rounded to T.
+template <typename T>
+__device__ __forceinline__ Pack<T> pack_of(const float (&f)[Pack<T>::size]) {
+    Pack<T> pack;
+    if constexpr (sizeof(T) == 4) {
+#pragma unroll
+        for (int k = 0; k < 4; ++k) pack.words[k] = __float_as_uint(f[k]);
+    } else {
+#pragma unroll
+        for (int k = 0; k < 4; ++k) pack.words[k] = pair_bits(f[2 * k], f[2 * k + 1], static_cast<T*>(nullptr));
+    }
+    return pack;
+}
 
 template <typename T>
 __device__ __forceinline__ Pack<T> load_pack(const T* ptr) {  // ptr 16-byte aligned

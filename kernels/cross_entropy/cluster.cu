@@ -167,18 +167,12 @@ cross_entropy_cluster_forward_kernel(const T* __restrict__ logits,         // (N
         if (p.end == p.begin) continue;
         barrier_wait(&landed[c]);
         for (int k0 = p.begin + threadIdx.x; k0 < p.end; k0 += THREADS * UNROLL) {
+            const int packs = min(UNROLL, (p.end - k0 + THREADS - 1) / THREADS);  // >= 1
             Pack<T> v[UNROLL];
-            float m = -FLT_MAX;
 #pragma unroll
             for (int u = 0; u < UNROLL; ++u)
-                if (k0 + u * THREADS < p.end) {
-                    v[u].raw = slice[k0 + u * THREADS];
-                    m = fmaxf(m, pack_max(v[u]));
-                }
-            lse_raise_max(lse, m);
-#pragma unroll
-            for (int u = 0; u < UNROLL; ++u)
-                if (k0 + u * THREADS < p.end) lse.sum += pack_sum_exp(v[u], lse.max);
+                if (u < packs) v[u].raw = slice[k0 + u * THREADS];
+            lse_add_packs(lse, v, packs);
         }
     }
 
@@ -205,12 +199,13 @@ cross_entropy_cluster_forward_kernel(const T* __restrict__ logits,         // (N
     const float partial = rank == 0 && threadIdx.x == 0 ? row_loss(x, target, C, row_lse.max, log_sum) : 0.0f;
 
     // Pass 2: the gradient from shared memory, 16-byte stores.
+    const GradRow r = grad_row(row_lse.max, log_sum, scale);
 #pragma unroll 4
     for (int k = threadIdx.x; k < count; k += THREADS) {
         Pack<T> v;
         v.raw = slice[k];
         const int64_t pack = first + k;
-        store_16(gv + V * pack, grad_pack(v, split.head + V * pack, target, row_lse.max, log_sum, scale).raw);
+        store_16(gv + V * pack, grad_pack(v, split.head + V * pack, target, r).raw);
     }
     if (rank == 0)
         for (int64_t j = threadIdx.x; j < split.head; j += THREADS)

@@ -30,15 +30,18 @@ constexpr int TILE = LOSSLAB_CROSS_ENTROPY_FUSED_TILE;
 static_assert(TILE >= 1, "LOSSLAB_CROSS_ENTROPY_FUSED_TILE: at least 1");
 constexpr int64_t TILE_PACKS = int64_t(THREADS) * TILE;
 
-// This thread's packs of the tile whose first pack (for thread 0) is `start`;
-// those past the row's end are skipped, not loaded.
+// This thread's packs of the tile whose first pack (for thread 0) is `start`:
+// how many lie before the row's end (0 to TILE); the others are not loaded.
+// Every tile but a row's last is full, and TILE, a constant, compiles to no test per pack.
 template <typename T>
-__device__ __forceinline__ void load_tile(Pack<T> (&tile)[TILE], const T* xv, int64_t start, int64_t packs) {
-#pragma unroll
-    for (int u = 0; u < TILE; ++u) {
-        const int64_t k = start + threadIdx.x + u * THREADS;
-        if (k < packs) tile[u] = load_pack(xv + Pack<T>::size * k);
-    }
+__device__ __forceinline__ int tile_count(int64_t start, int64_t packs) {
+    const int64_t left = packs - start - threadIdx.x;
+    return left <= 0 ? 0 : int(min(int64_t(TILE), (left + THREADS - 1) / THREADS));
+}
+
+template <typename T>
+__device__ __forceinline__ void load_tile(Pack<T> (&tile)[TILE], const T* xv, int64_t start, int count) {
+    load_packs(tile, xv + Pack<T>::size * (start + threadIdx.x), int64_t(Pack<T>::size) * THREADS, count);
 }
 
 // Combine the threads' (max, sum) into the row's: shuffles within each warp,
@@ -88,15 +91,14 @@ cross_entropy_fused_forward_kernel(const T* __restrict__ logits,         // (N, 
     for (int64_t j = tail + threadIdx.x; j < C; j += THREADS) lse_add(lse, to_float(x[j]));
     Pack<T> tile[TILE];
     for (int64_t t = 0; t <= last_tile; ++t) {
-        load_tile(tile, xv, t * TILE_PACKS, split.packs);
-        float m = -FLT_MAX;
-#pragma unroll
-        for (int u = 0; u < TILE; ++u)
-            if (t * TILE_PACKS + threadIdx.x + u * THREADS < split.packs) m = fmaxf(m, pack_max(tile[u]));
-        lse_raise_max(lse, m);
-#pragma unroll
-        for (int u = 0; u < TILE; ++u)
-            if (t * TILE_PACKS + threadIdx.x + u * THREADS < split.packs) lse.sum += pack_sum_exp(tile[u], lse.max);
+        const int count = tile_count<T>(t * TILE_PACKS, split.packs);
+        if (count == TILE) {
+            load_tile(tile, xv, t * TILE_PACKS, TILE);
+            lse_add_packs(lse, tile, TILE);
+        } else if (count > 0) {
+            load_tile(tile, xv, t * TILE_PACKS, count);
+            lse_add_packs(lse, tile, count);
+        }
     }
     lse = block_reduce_logsumexp_once(lse);
     const float log_sum = logf(lse.sum);
@@ -104,13 +106,22 @@ cross_entropy_fused_forward_kernel(const T* __restrict__ logits,         // (N, 
 
     // Pass 2: the gradient, tiles in reverse order, so the tile still in
     // registers (the last) is used first and the others are re-read newest first.
-    for (int64_t t = last_tile; t >= 0; --t) {
-        if (t != last_tile) load_tile(tile, xv, t * TILE_PACKS, split.packs);
+    const GradRow r = grad_row(lse.max, log_sum, scale);
+    auto write_tile = [&](int64_t t, int count) {
 #pragma unroll
         for (int u = 0; u < TILE; ++u) {
             const int64_t k = t * TILE_PACKS + threadIdx.x + u * THREADS;
-            if (k < split.packs)
-                store_pack(gv + V * k, grad_pack(tile[u], split.head + V * k, target, lse.max, log_sum, scale));
+            if (u < count) store_pack(gv + V * k, grad_pack(tile[u], split.head + V * k, target, r));
+        }
+    };
+    for (int64_t t = last_tile; t >= 0; --t) {
+        const int count = tile_count<T>(t * TILE_PACKS, split.packs);
+        if (count == TILE) {
+            if (t != last_tile) load_tile(tile, xv, t * TILE_PACKS, TILE);
+            write_tile(t, TILE);
+        } else {
+            if (t != last_tile) load_tile(tile, xv, t * TILE_PACKS, count);
+            write_tile(t, count);
         }
     }
     for (int64_t j = threadIdx.x; j < split.head; j += THREADS)

@@ -28,10 +28,7 @@ constexpr int UNROLL = LOSSLAB_CROSS_ENTROPY_VECTORIZED_UNROLL;
 static_assert(WARPS >= 1 && WARPS <= 32, "LOSSLAB_CROSS_ENTROPY_VECTORIZED_WARPS: 1 to 32 (at most 1024 threads)");
 static_assert(UNROLL >= 1, "LOSSLAB_CROSS_ENTROPY_VECTORIZED_UNROLL: at least 1");
 
-// One warp's row: its log-sum-exp, every lane getting it. UNROLL packs per
-// lane, 32 * UNROLL per warp, loaded before any is used; the last round's
-// missing packs are skipped, not loaded. One rescale of the running sum per
-// round: raise the max over all the packs, then add.
+// One warp's row: its log-sum-exp, every lane getting it.
 template <typename T>
 __device__ __forceinline__ LogSumExp warp_row_logsumexp(const T* x, int64_t C, int lane) {
     constexpr int V = Pack<T>::size;
@@ -39,21 +36,19 @@ __device__ __forceinline__ LogSumExp warp_row_logsumexp(const T* x, int64_t C, i
     LogSumExp lse;
     for (int64_t j = lane; j < split.head; j += 32) lse_add(lse, to_float(x[j]));
 
+    // UNROLL packs per lane, 32 * UNROLL per warp, loaded before any is used.
+    // One rescale of the running sum per round: raise the max over all the
+    // packs, then add. Full rounds have no test per pack; the row's last round
+    // skips its missing packs, not loading them.
     const T* xv = x + split.head;
-    for (int64_t first = lane; first < split.packs; first += 32 * UNROLL) {
+    auto round = [&](int64_t first, int count) {
         Pack<T> v[UNROLL];
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u)
-            if (first + 32 * u < split.packs) v[u] = load_pack(xv + V * (first + 32 * u));
-        float m = -FLT_MAX;
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u)
-            if (first + 32 * u < split.packs) m = fmaxf(m, pack_max(v[u]));
-        lse_raise_max(lse, m);
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u)
-            if (first + 32 * u < split.packs) lse.sum += pack_sum_exp(v[u], lse.max);
-    }
+        load_packs(v, xv + V * first, 32 * V, count);
+        lse_add_packs(lse, v, count);
+    };
+    int64_t first = lane;
+    for (; first + 32 * (UNROLL - 1) < split.packs; first += 32 * UNROLL) round(first, UNROLL);
+    if (first < split.packs) round(first, int((split.packs - first + 31) / 32));
 
     for (int64_t j = split.head + V * split.packs + lane; j < C; j += 32) lse_add(lse, to_float(x[j]));
     return warp_reduce_logsumexp(lse);
@@ -135,20 +130,22 @@ cross_entropy_vectorized_backward_kernel(const T* __restrict__ logits,          
     for (int64_t j = lane; j < split.head; j += 32)
         g[j] = from_float<T>(cross_entropy_grad(to_float(x[j]), j, target, m, log_sum, scale));
 
+    const GradRow r = grad_row(m, log_sum, scale);
     const T* xv = x + split.head;
     T* gv = g + split.head;
-    for (int64_t first = lane; first < split.packs; first += 32 * UNROLL) {
+    // Full rounds, with no test per pack; then the row's last, partial round.
+    auto round = [&](int64_t first, int count) {
         Pack<T> v[UNROLL];
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u)
-            if (first + 32 * u < split.packs) v[u] = load_pack(xv + V * (first + 32 * u));
+        load_packs(v, xv + V * first, 32 * V, count);
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u) {
             const int64_t k = first + 32 * u;
-            if (k < split.packs)
-                store_pack(gv + V * k, grad_pack(v[u], split.head + V * k, target, m, log_sum, scale));
+            if (u < count) store_pack(gv + V * k, grad_pack(v[u], split.head + V * k, target, r));
         }
-    }
+    };
+    int64_t first = lane;
+    for (; first + 32 * (UNROLL - 1) < split.packs; first += 32 * UNROLL) round(first, UNROLL);
+    if (first < split.packs) round(first, int((split.packs - first + 31) / 32));
 
     for (int64_t j = split.head + V * split.packs + lane; j < C; j += 32)
         g[j] = from_float<T>(cross_entropy_grad(to_float(x[j]), j, target, m, log_sum, scale));

@@ -50,6 +50,16 @@ kl_div_fused_forward_kernel(const T* __restrict__ predictions,  // (B, D)
     const T* pv = p + head;
     const T* tv = t + head;
     T* gv = g + head;
+    float sum_log2 = 0.0f;  // the packs' terms in log2 units: times LN2 once, below
+    auto pack = [&](const Pack<T>& pb, const Pack<T>& tb, T* out) {
+        float gb[V];
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+            sum_log2 += kl_div_term_log2(pb[k], tb[k]);
+            gb[k] = kl_div_grad(pb[k], tb[k], inv_B);
+        }
+        store_pack(out, pack_of<T>(gb));
+    };
     int64_t i = threadIdx.x;
     for (; i + (UNROLL - 1) * THREADS < packs; i += UNROLL * THREADS) {
         Pack<T> pb[UNROLL], tb[UNROLL];
@@ -59,26 +69,10 @@ kl_div_fused_forward_kernel(const T* __restrict__ predictions,  // (B, D)
             tb[u] = load_pack(tv + V * (i + u * THREADS));
         }
 #pragma unroll
-        for (int u = 0; u < UNROLL; ++u) {
-            Pack<T> gb;
-#pragma unroll
-            for (int k = 0; k < V; ++k) {
-                sum += kl_div_term(pb[u][k], tb[u][k]);
-                gb.set(k, kl_div_grad(pb[u][k], tb[u][k], inv_B));
-            }
-            store_pack(gv + V * (i + u * THREADS), gb);
-        }
+        for (int u = 0; u < UNROLL; ++u) pack(pb[u], tb[u], gv + V * (i + u * THREADS));
     }
-    for (; i < packs; i += THREADS) {
-        const Pack<T> pb = load_pack(pv + V * i), tb = load_pack(tv + V * i);
-        Pack<T> gb;
-#pragma unroll
-        for (int k = 0; k < V; ++k) {
-            sum += kl_div_term(pb[k], tb[k]);
-            gb.set(k, kl_div_grad(pb[k], tb[k], inv_B));
-        }
-        store_pack(gv + V * i, gb);
-    }
+    for (; i < packs; i += THREADS) pack(load_pack(pv + V * i), load_pack(tv + V * i), gv + V * i);
+    sum = fmaf(sum_log2, LN2, sum);
     for (int64_t j = head + V * packs + threadIdx.x; j < D; j += THREADS) {
         const float pj = to_float(p[j]), tj = to_float(t[j]);
         sum += kl_div_term(pj, tj);

@@ -48,6 +48,7 @@ kl_div_vectorized_forward_kernel(const T* __restrict__ predictions,  // (B, D)
 
     const T* pv = p + head;
     const T* tv = t + head;
+    float sum_log2 = 0.0f;  // the packs' terms in log2 units: times LN2 once, below
     int64_t i = threadIdx.x;
     for (; i + (UNROLL - 1) * THREADS < packs; i += UNROLL * THREADS) {
         Pack<T> pb[UNROLL], tb[UNROLL];
@@ -59,13 +60,14 @@ kl_div_vectorized_forward_kernel(const T* __restrict__ predictions,  // (B, D)
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u)
 #pragma unroll
-            for (int k = 0; k < V; ++k) sum += kl_div_term(pb[u][k], tb[u][k]);
+            for (int k = 0; k < V; ++k) sum_log2 += kl_div_term_log2(pb[u][k], tb[u][k]);
     }
     for (; i < packs; i += THREADS) {
         const Pack<T> pb = load_pack(pv + V * i), tb = load_pack(tv + V * i);
 #pragma unroll
-        for (int k = 0; k < V; ++k) sum += kl_div_term(pb[k], tb[k]);
+        for (int k = 0; k < V; ++k) sum_log2 += kl_div_term_log2(pb[k], tb[k]);
     }
+    sum = fmaf(sum_log2, LN2, sum);
     for (int64_t j = head + V * packs + threadIdx.x; j < D; j += THREADS)
         sum += kl_div_term(to_float(p[j]), to_float(t[j]));
 
@@ -87,10 +89,10 @@ kl_div_vectorized_backward_kernel(const T* __restrict__ predictions,  // (B, D)
     const int64_t i = blockIdx.x * int64_t(THREADS) + threadIdx.x;
     if (i < n / V) {
         const Pack<T> p = load_pack(predictions + V * i), t = load_pack(targets + V * i);
-        Pack<T> g;
+        float g[V];
 #pragma unroll
-        for (int k = 0; k < V; ++k) g.set(k, kl_div_grad(p[k], t[k], scaled_grad));
-        store_pack(grad_predictions + V * i, g);
+        for (int k = 0; k < V; ++k) g[k] = kl_div_grad(p[k], t[k], scaled_grad);
+        store_pack(grad_predictions + V * i, pack_of<T>(g));
     }
     const int64_t tail = n / V * V + i;
     if (tail < n)
