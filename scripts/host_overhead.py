@@ -4,7 +4,8 @@
 
 For each problem, shape (128 x 4096, 2048 x 4096), dtype (float32, bfloat16), implementation
 (the losslab rungs asked for, and torch.compile of the PyTorch definition) and direction
-(forward without autograd, forward + backward), one line:
+(forward without autograd; forward + backward; forward + backward with the autograd engine on the
+calling thread, ``torch.autograd.set_multithreading_enabled(False)``), one line:
 
 - host1 us: how long one call takes to return on the host, each after a synchronisation
   (Python, dispatch, allocations and launches), the median of ``calls``;
@@ -14,6 +15,10 @@ For each problem, shape (128 x 4096, 2048 x 4096), dtype (float32, bfloat16), im
 - call us: one call between two events after a synchronisation, the median of ``calls``
   (what a lone call costs end to end: where host time exceeds the kernels', the GPU idles
   between them and this is about the host time).
+
+By default PyTorch's autograd engine runs a CUDA backward on a worker thread of its own, and
+the calling thread waits for it: at launch-bound sizes that hand-over, not the kernels, is most of
+a forward + backward call, for every implementation alike; the "1 thread" rows show how much.
 
 Then a breakdown of one losslab forward's host time into its parts (validation, allocation,
 launch, the autograd.Function), to see where the microseconds go. Needs a CUDA GPU.
@@ -81,7 +86,8 @@ def per_call_us(fn, calls: int) -> float:
 
 
 def calls_of(loss_fn, predictions, targets):
-    """(forward without autograd, forward + backward) as zero-argument functions."""
+    """(forward without autograd, forward + backward, the same on the calling thread) as
+    zero-argument functions."""
     leaf = predictions.clone().requires_grad_(True)
 
     def forward():
@@ -91,7 +97,11 @@ def calls_of(loss_fn, predictions, targets):
         leaf.grad = None
         loss_fn(leaf, targets).backward()
 
-    return forward, forward_backward
+    def forward_backward_one_thread():
+        with torch.autograd.set_multithreading_enabled(False):
+            forward_backward()
+
+    return forward, forward_backward, forward_backward_one_thread
 
 
 def measure(name, fns, calls):
@@ -99,7 +109,7 @@ def measure(name, fns, calls):
         for _ in range(5):
             fn()
     rows = []
-    for direction, fn in zip(("forward", "fwd+bwd"), fns, strict=True):
+    for direction, fn in zip(("forward", "fwd+bwd", "1 thread"), fns, strict=True):
         rows.append((name, direction, single_call_host_us(fn, calls), host_us(fn, calls), back_to_back_us(fn, calls),
                      per_call_us(fn, calls)))
     return rows
