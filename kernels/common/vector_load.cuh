@@ -58,7 +58,7 @@ struct Pack {
 template <> __device__ __forceinline__ float Pack<float>::operator[](int k) const { return __uint_as_float(words[k]); }
 template <> __device__ __forceinline__ float Pack<__nv_bfloat16>::operator[](int k) const {
     const uint32_t w = words[k / 2];
-    return __uint_as_float(k % 2 ? w & 0xffff0000u : w << 16);  // bf16 is the top half of a float
+    return k % 2 ? __uint_as_float(w & 0xffff0000u) : __uint_as_float(w << 16);  // bf16: a float's top half
 }
 template <> __device__ __forceinline__ float Pack<__half>::operator[](int k) const {
     const uint32_t w = words[k / 2];

@@ -33,7 +33,6 @@ constexpr int64_t TILE_PACKS = int64_t(THREADS) * TILE;
 // This thread's packs of the tile whose first pack (for thread 0) is `start`:
 // how many lie before the row's end (0 to TILE); the others are not loaded.
 // Every tile but a row's last is full, and TILE, a constant, compiles to no test per pack.
-template <typename T>
 __device__ __forceinline__ int tile_count(int64_t start, int64_t packs) {
     const int64_t left = packs - start - threadIdx.x;
     return left <= 0 ? 0 : int(min(int64_t(TILE), (left + THREADS - 1) / THREADS));
@@ -91,7 +90,7 @@ cross_entropy_fused_forward_kernel(const T* __restrict__ logits,         // (N, 
     for (int64_t j = tail + threadIdx.x; j < C; j += THREADS) lse_add(lse, to_float(x[j]));
     Pack<T> tile[TILE];
     for (int64_t t = 0; t <= last_tile; ++t) {
-        const int count = tile_count<T>(t * TILE_PACKS, split.packs);
+        const int count = tile_count(t * TILE_PACKS, split.packs);
         if (count == TILE) {
             load_tile(tile, xv, t * TILE_PACKS, TILE);
             lse_add_packs(lse, tile, TILE);
@@ -115,7 +114,7 @@ cross_entropy_fused_forward_kernel(const T* __restrict__ logits,         // (N, 
         }
     };
     for (int64_t t = last_tile; t >= 0; --t) {
-        const int count = tile_count<T>(t * TILE_PACKS, split.packs);
+        const int count = tile_count(t * TILE_PACKS, split.packs);
         if (count == TILE) {
             if (t != last_tile) load_tile(tile, xv, t * TILE_PACKS, TILE);
             write_tile(t, TILE);

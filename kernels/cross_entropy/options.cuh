@@ -122,16 +122,16 @@ __device__ __forceinline__ void write_row_grad(const T* x, const T* q, T* g, int
     for (int64_t k = rank; k < s.packs; k += group) {
         const int64_t j0 = s.head + V * k;
         const Pack<T> xp = load_pack(x + j0);
-        Pack<T> qp, gp;
-        qp.raw = gp.raw = make_uint4(0, 0, 0, 0);  // whole registers: no partly written union in local memory
+        Pack<T> qp;
+        qp.raw = make_uint4(0, 0, 0, 0);  // whole registers: no partly written union in local memory
         if (q) qp = load_pack(q + j0);
-        float gf[V];
+        float gf[V];  // widened logits, then their gradients in place: ptxas spilled fused bf16 otherwise
+#pragma unroll
+        for (int e = 0; e < V; ++e) gf[e] = xp[e];
 #pragma unroll
         for (int e = 0; e < V; ++e)
-            gf[e] = options_grad(o, j0 + e, xp[e], q ? qp[e] : 0.0f, target, row_max, log_sum, coef, scale);
-#pragma unroll
-        for (int e = 0; e < V; ++e) gp.set(e, gf[e]);
-        store_pack(g + j0, gp);
+            gf[e] = options_grad(o, j0 + e, gf[e], q ? qp[e] : 0.0f, target, row_max, log_sum, coef, scale);
+        store_pack(g + j0, pack_of<T>(gf));
     }
     for (int64_t j = s.head + V * s.packs + rank; j < C; j += group) one(j);
 }

@@ -21,7 +21,10 @@ __device__ __forceinline__ float kl_div_term_log2(float p, float t) {
 
 constexpr float LN2 = 0.693147180559945309f;
 
-// scaled_grad = grad_loss / B, computed once per thread.
+// scaled_grad = grad_loss / B, computed once per thread. __fdividef: a MUFU.RCP
+// and a multiply (2 ulp), where `/` adds a range check and a called slow path
+// whose saved registers spilled the fused loop. It differs from `/` only for
+// |p| > 2^126 (0, where the quotient is below 1e-38) and for an infinite t (NaN).
 __device__ __forceinline__ float kl_div_grad(float p, float t, float scaled_grad) {
-    return -t * scaled_grad / p;
+    return __fdividef(-t * scaled_grad, p);
 }

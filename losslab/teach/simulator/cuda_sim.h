@@ -95,6 +95,21 @@ inline float __half2float(__half h) { _Float16 x; std::memcpy(&x, &h.bits, 2); r
 inline __half __float2half_rn(float f) { _Float16 x = _Float16(f); __half h; std::memcpy(&h.bits, &x, 2); return h; }
 inline __half __float2half(float f) { return __float2half_rn(f); }
 
+// The packed pairs kernels/common/vector_load.cuh uses: conversions of two floats, and the maximum.
+struct __half2 { __half x, y; };
+struct __nv_bfloat162 { __nv_bfloat16 x, y; };
+inline __half __ushort_as_half(unsigned short u) { return {u}; }
+inline __half2 __floats2half2_rn(float a, float b) { return {__float2half_rn(a), __float2half_rn(b)}; }
+inline __nv_bfloat162 __floats2bfloat162_rn(float a, float b) { return {__float2bfloat16_rn(a), __float2bfloat16_rn(b)}; }
+inline __half2 __hmax2(__half2 a, __half2 b) {  // fmaxf's NaN rule; exact in 16 bits
+    return {__float2half_rn(fmaxf(__half2float(a.x), __half2float(b.x))),
+            __float2half_rn(fmaxf(__half2float(a.y), __half2float(b.y)))};
+}
+inline __nv_bfloat162 __hmax2(__nv_bfloat162 a, __nv_bfloat162 b) {
+    return {__float2bfloat16_rn(fmaxf(__bfloat162float(a.x), __bfloat162float(b.x))),
+            __float2bfloat16_rn(fmaxf(__bfloat162float(a.y), __bfloat162float(b.y)))};
+}
+
 // ---- math intrinsics --------------------------------------------------------------------
 inline float __logf(float x) { return logf(x); }
 inline float __expf(float x) { return expf(x); }
