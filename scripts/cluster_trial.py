@@ -23,7 +23,7 @@ from losslab import build, problems  # noqa: E402
 from losslab.measure import check  # noqa: E402
 from losslab.measure.timing import flush_buffer, time_cuda  # noqa: E402
 from losslab.problems import misaligned_view  # noqa: E402
-from losslab.problems.cross_entropy import IGNORE_INDEX, cluster_plan  # noqa: E402
+from losslab.problems.cross_entropy import cluster_edge_cases, cluster_plan  # noqa: E402
 
 SPEC = problems.get("cross_entropy")
 DEFAULT_TUNING = (0, 0)  # cluster_tune's: cluster.cu's defaults (clusters of up to 8, 64 KiB slices)
@@ -57,23 +57,11 @@ def run_checks(ext) -> bool:
     # out-of-range target is tests/test_cross_entropy.py's (the float64 reference would assert)
     ext.cluster_tune(8, 4096)
     try:
-        x, t = SPEC.make_inputs((12, 40003), seed=2)
-        ignored = t.clone()
-        ignored[::3] = IGNORE_INDEX
-        huge = (x * 2 - 1) * 1e4
-        huge_t = t.clone()
-        huge_t[::2] = huge[::2].argmax(-1)
-        x_nan = x.clone()
-        x_nan[3, 17] = float("nan")
-        x_nan[5, 39000] = float("nan")
+        cases = cluster_edge_cases()
         wide = SPEC.make_inputs((13, 40004), seed=3)[0]
-        for case, inputs in {
-            "tuned 8 x 4 KiB: some rows ignored": (x, ignored),
-            "tuned: every row ignored": (x, torch.full_like(t, IGNORE_INDEX)),
-            "tuned: logits of +-1e4": (huge, huge_t),
-            "tuned: NaN in two logits": (x_nan, t),
-            "tuned: 16-byte misaligned logits (fallback)": (misaligned_view(wide, 12, 40003), t),
-        }.items():
+        cases["16-byte misaligned logits (fallback)"] = (misaligned_view(wide, 12, 40003),
+                                                         cases["NaN in two logits"][1])
+        for case, inputs in cases.items():
             report(case, inputs)
     finally:
         ext.cluster_tune(*DEFAULT_TUNING)

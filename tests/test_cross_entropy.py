@@ -18,7 +18,13 @@ import losslab
 from losslab import build, problems
 from losslab.measure import check
 from losslab.problems import misaligned_view
-from losslab.problems.cross_entropy import IGNORE_INDEX, check_targets, cluster_plan, out_of_range_message
+from losslab.problems.cross_entropy import (
+    IGNORE_INDEX,
+    check_targets,
+    cluster_edge_cases,
+    cluster_plan,
+    out_of_range_message,
+)
 
 CE = problems.get("cross_entropy")
 VARIANTS = CE.variants
@@ -399,21 +405,6 @@ def test_cluster_splits_long_rows_and_matches_float64(shape, dtype):
     else:
         assert ctas == 0 and "sm_90" in why
     assert_passed(check.check_variant("cross_entropy", "cluster", shape, dtype=dtype, seed=11))
-
-
-def cluster_edge_cases() -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-    x, t = CE.make_inputs((12, 40003), seed=2)
-    ignored = t.clone()
-    ignored[::3] = IGNORE_INDEX
-    huge = (x * 2 - 1) * 1e4
-    huge_t = t.clone()
-    huge_t[::2] = huge[::2].argmax(-1)
-    x_nan = x.clone()
-    x_nan[3, 17] = float("nan")  # in rank 0's slice
-    x_nan[5, 39000] = float("nan")  # in the last rank's
-    return {"some rows ignored": (x, ignored), "every row ignored": (x, torch.full_like(t, IGNORE_INDEX)),
-            "logits of +-1e4": (huge, huge_t), "NaN in two logits": (x_nan, t),
-            "rows at odd offsets": CE.make_inputs((9, 40001), seed=4)}
 
 
 @pytest.mark.gpu
