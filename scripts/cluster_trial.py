@@ -23,7 +23,7 @@ from losslab import build, problems  # noqa: E402
 from losslab.measure import check  # noqa: E402
 from losslab.measure.timing import flush_buffer, time_cuda  # noqa: E402
 from losslab.problems import misaligned_view  # noqa: E402
-from losslab.problems.cross_entropy import cluster_edge_cases, cluster_plan  # noqa: E402
+from losslab.problems.cross_entropy import cluster_plan  # noqa: E402
 
 SPEC = problems.get("cross_entropy")
 DEFAULT_TUNING = (0, 0)  # cluster_tune's: cluster.cu's defaults (clusters of up to 8, 64 KiB slices)
@@ -57,7 +57,7 @@ def run_checks(ext) -> bool:
     # out-of-range target is tests/test_cross_entropy.py's (the float64 reference would assert)
     ext.cluster_tune(8, 4096)
     try:
-        cases = cluster_edge_cases()
+        cases = check.cluster_edge_cases()
         wide = SPEC.make_inputs((13, 40004), seed=3)[0]
         cases["16-byte misaligned logits (fallback)"] = (misaligned_view(wide, 12, 40003),
                                                          cases["NaN in two logits"][1])

@@ -21,7 +21,6 @@ from losslab.problems import misaligned_view
 from losslab.problems.cross_entropy import (
     IGNORE_INDEX,
     check_targets,
-    cluster_edge_cases,
     cluster_plan,
     out_of_range_message,
 )
@@ -412,7 +411,7 @@ def test_cluster_splits_long_rows_and_matches_float64(shape, dtype):
 @pytest.mark.parametrize("case", ["some rows ignored", "every row ignored", "logits of +-1e4", "NaN in two logits",
                                   "rows at odd offsets"])
 def test_cluster_edge_cases_on_split_rows(small_slices, case):
-    inputs = cluster_edge_cases()[case]
+    inputs = check.cluster_edge_cases()[case]
     if has_clusters():
         assert cluster_plan(inputs[0])[0] == 8
     assert_passed(check.check_inputs("cross_entropy", "cluster", inputs, case))

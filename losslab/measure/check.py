@@ -24,6 +24,7 @@ import torch
 
 from losslab import problems
 from losslab.ops import variant as get_variant
+from losslab.problems import cross_entropy
 
 # Tolerances against float64, per input dtype: (loss, gradient). float32 follows
 # the issue's bounds. bf16/fp16 kernels compute in fp32 on inputs that are
@@ -207,3 +208,23 @@ def check_table_text(results: list[CheckResult]) -> str:
         lines.append(f"{r.variant:<14} {r.direction:<9} {r.case[:46]:<46} {r.error:>10.2e} "
                      f"{r.tolerance:>7.0e}  {verdict}")
     return "\n".join(lines)
+
+
+def cluster_edge_cases(device="cuda") -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """The edge cases on rows the cluster rung splits (12 x 40003 and 9 x 40001 logits, float32,
+    int64 targets): ignored rows, every row ignored, logits of +-1e4, NaN in the first and the
+    last rank's slice, rows at odd offsets. Split over several CTAs when the slices are small
+    (``cluster_tune(8, 4096)``)."""
+    spec = cross_entropy.PROBLEM
+    x, t = spec.make_inputs((12, 40003), seed=2, device=device)
+    ignored = t.clone()
+    ignored[::3] = cross_entropy.IGNORE_INDEX
+    huge = (x * 2 - 1) * 1e4
+    huge_t = t.clone()
+    huge_t[::2] = huge[::2].argmax(-1)
+    x_nan = x.clone()
+    x_nan[3, 17] = float("nan")  # in rank 0's slice
+    x_nan[5, 39000] = float("nan")  # in the last rank's
+    return {"some rows ignored": (x, ignored), "every row ignored": (x, torch.full_like(t, cross_entropy.IGNORE_INDEX)),
+            "logits of +-1e4": (huge, huge_t), "NaN in two logits": (x_nan, t),
+            "rows at odd offsets": spec.make_inputs((9, 40001), seed=4, device=device)}

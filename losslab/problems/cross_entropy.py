@@ -302,25 +302,6 @@ def backward(launcher: Callable[..., None], grad_in_forward: bool, saved: Sequen
 PROBLEM = CrossEntropy()
 
 
-def cluster_edge_cases(device="cuda") -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-    """The edge cases on rows the cluster rung splits (12 x 40003 and 9 x 40001 logits, float32,
-    int64 targets): ignored rows, every row ignored, logits of +-1e4, NaN in the first and the
-    last rank's slice, rows at odd offsets. Split over several CTAs when the slices are small
-    (``cluster_tune(8, 4096)``)."""
-    x, t = PROBLEM.make_inputs((12, 40003), seed=2, device=device)
-    ignored = t.clone()
-    ignored[::3] = IGNORE_INDEX
-    huge = (x * 2 - 1) * 1e4
-    huge_t = t.clone()
-    huge_t[::2] = huge[::2].argmax(-1)
-    x_nan = x.clone()
-    x_nan[3, 17] = float("nan")  # in rank 0's slice
-    x_nan[5, 39000] = float("nan")  # in the last rank's
-    return {"some rows ignored": (x, ignored), "every row ignored": (x, torch.full_like(t, IGNORE_INDEX)),
-            "logits of +-1e4": (huge, huge_t), "NaN in two logits": (x_nan, t),
-            "rows at odd offsets": PROBLEM.make_inputs((9, 40001), seed=4, device=device)}
-
-
 def cluster_plan(predictions: torch.Tensor, grad: torch.Tensor | None = None) -> tuple[int, int, str]:
     """How the ``cluster`` rung splits the rows of ``predictions`` (kernels/cross_entropy/cluster.cu).
 
