@@ -11,6 +11,7 @@ written only to tmp folders; the evidence tests also read the committed records 
 """
 import dataclasses
 import html
+import json
 import re
 
 import pytest
@@ -18,6 +19,7 @@ import torch
 from matplotlib.figure import Figure
 
 from losslab import problems, records
+from losslab.build import ROOT
 from losslab.present import charts, evidence, ladder, machine_code, results, tables
 from losslab.present import html as present_html
 
@@ -382,8 +384,9 @@ def committed(problem: str) -> records.Section:
 
 
 @pytest.mark.parametrize("problem", problems.names())
-def test_every_claim_the_notebooks_make_holds_on_the_committed_record(problem):
-    found = evidence.claims(committed(problem))
+@pytest.mark.parametrize("device", records.devices())
+def test_every_claim_the_notebooks_make_holds_on_every_committed_record(problem, device):
+    found = evidence.claims(records.latest_section(problem, device))
     assert {c.key for c in found} >= {"naive_parallelism", "naive_dram_minimum", "shuffle_flat", "scalar_saturates",
                                       "vector_flat",
                                       "vector_pays", "mufu_headroom", "above_roof_below_datasheet"}
@@ -391,6 +394,20 @@ def test_every_claim_the_notebooks_make_holds_on_the_committed_record(problem):
     assert not failing, failing
     # everything the record can answer without the per-rung counters is answered
     assert all(c.holds for c in found if c.key not in ("naive_active_sms", "coalescing", "fewer_barriers"))
+
+
+@pytest.mark.parametrize("notebook, problem, direction", [("01_kl_div", "kl_div", "backward"),
+                                                         ("02_cross_entropy", "cross_entropy", "forward")])
+def test_the_vectorized_step_the_prose_quotes_per_device_is_the_recorded_one(notebook, problem, direction):
+    cells = json.loads((ROOT / "notebooks" / f"{notebook}.ipynb").read_text())["cells"]
+    text = " ".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    quoted = re.search(r"×(\d\.\d)\s+on an H100, ×(\d\.\d) on an H200", text)
+    assert quoted, f"{notebook} no longer quotes the warp_shuffle -> vectorized step per device"
+    for device, value in zip(("NVIDIA H100 80GB HBM3", "NVIDIA H200"), quoted.groups()):
+        if device not in records.devices():
+            continue
+        found = evidence.step(records.latest_section(problem, device).view(), "warp_shuffle", "vectorized", direction)
+        assert f"{found.speedup:.1f}" == value, f"{device}: prose says x{value}, the record x{found.speedup:.2f}"
 
 
 def _doctored(problem: str, implementation: str, direction: str, factor: float) -> records.Section:
