@@ -7,6 +7,7 @@
     python -m losslab bench --all --sweep       every problem over sizes from 128 rows to LLM-sized, fp32 and bf16
     python -m losslab bench --all               every problem, then the best variant against each peer
     python -m losslab summary                   that summary from the newest recorded results
+    python -m losslab summary --sweep           the sweep's best rung against the peers at every size, per device
     python -m losslab roofline                  roofline figures (PNG) from the recorded results
     python -m losslab report                    execute the notebooks headless into reports/
     python -m losslab export kl_div vectorized  a single-file KernelBench solution (ModelNew) on stdout
@@ -29,6 +30,7 @@ from pathlib import Path
 
 from losslab import problems, records
 from losslab.measure.peers import PEERS
+from losslab.summary import summary_text, sweep_markdown
 
 SIZE_HELP = "a size name of the problem (python -m losslab list) or ROWSxCOLUMNS such as 257x4099"
 
@@ -226,44 +228,6 @@ def _require_gpu(command: str) -> None:
                  "Without a GPU, `python -m losslab report` renders the recorded results.")
 
 
-# --- the summary -------------------------------------------------------------------------------------
-
-def summary_text(sections: dict[str, records.Section]) -> str:
-    """The best variant of each problem against each peer, forward and forward_backward, from each
-    section's :meth:`~losslab.records.Section.view` (its seed size and float32 when it holds them),
-    headed by exactly what it shows: size and dtype per problem, and the device, versions and dates;
-    when the problems come from different devices, a line per problem and a device column."""
-    views = {name: s.view() for name, s in sections.items()}
-    held = {name: f"{'x'.join(map(str, s.primary_shape or ()))} {s.primary_dtype}" for name, s in views.items()}
-    where = {name: f"{s.device} (torch {s.torch}, CUDA {s.cuda})" for name, s in views.items()}
-    dates = sorted(s.date[:10] for s in views.values())
-    when = dates[0] + ("" if dates[0] == dates[-1] else f" to {dates[-1]}")
-    many = len({s.device for s in views.values()}) > 1
-    if many:
-        head = ["recorded on several devices (compare across them with care); median GPU ms per call:"]
-        head += [f"  {name}: {held[name]} on {where[name]}, {views[name].date[:10]}" for name in views]
-    else:
-        head = [f"recorded on {next(iter(where.values()))}, {when}; "
-                f"{', '.join(f'{name} {held[name]}' for name in views)}; median GPU ms per call"]
-    device = lambda s: f"{s.device[:22]:<23}" if many else ""
-    lines = [f"{'problem':<14} {'direction':<16} " + (f"{'device':<23}" if many else "")
-             + f"{'best variant':<14} {'ms':>8} {'of bw':>6}   peers (ms, speedup)"]
-    notes = []
-    for name, s in views.items():
-        for direction in ("forward", "forward_backward"):
-            rows = [r for r in s.rows if r.direction == direction]
-            variants = [r for r in rows if r.kind == "variant"]
-            if not variants:
-                continue
-            best = min(variants, key=lambda r: r.median_ms)
-            peers = "  ".join(f"{r.implementation} {r.median_ms:.3f}{'!' if r.below_floor else ''} "
-                              f"(x{r.median_ms / best.median_ms:.2f})" for r in rows if r.kind == "peer")
-            notes += [f"! {name} {r.implementation} {direction}: {r.floor_note}" for r in rows if r.below_floor]
-            lines.append(f"{name:<14} {direction:<16} {device(s)}{best.implementation:<14} {best.median_ms:>8.3f} "
-                         f"{best.fraction_of_bandwidth:>6.0%}   {peers}")
-    return "\n".join(head + lines + notes)
-
-
 # --- the commands --------------------------------------------------------------------------------------
 
 def cmd_list(args) -> int:
@@ -277,6 +241,8 @@ def cmd_list(args) -> int:
 def cmd_summary(args) -> int:
     results_dir = args.results_dir or records.RESULTS_DIR
     device = _device("--device", args.device, results_dir)
+    if args.sweep:
+        return _sweep_summary(device, results_dir)
     sections = {}
     for name in problems.names():
         try:
@@ -286,6 +252,23 @@ def cmd_summary(args) -> int:
     if not sections:
         return 1
     print(summary_text(sections))
+    return 0
+
+
+def _sweep_summary(device: str | None, results_dir: Path) -> int:
+    """``summary --sweep``: each problem's sweep table over the recorded devices (or ``device``)."""
+    tables = []
+    for name in problems.names():
+        found = [r.sections[name] for r in records.load_records(results_dir)
+                 if name in r.sections and (device is None or r.device == device)]
+        found = [s for s in found if any(r.direction == "forward_backward" for r in s.rows)]
+        if found:
+            tables.append(sweep_markdown(name, sorted(found, key=lambda s: s.device)))
+        else:
+            print(f"losslab summary: no {name} sweep recorded{f' on {device}' if device else ''}", file=sys.stderr)
+    if not tables:
+        return 1
+    print("\n\n".join(tables))
     return 0
 
 
@@ -481,6 +464,9 @@ def _parser() -> argparse.ArgumentParser:
                          "such as nvidia-h200 (default: the newest)")
     summary.add_argument("--results-dir", type=Path, default=None,
                          help="folder of the records (default: reports/results)")
+    summary.add_argument("--sweep", action="store_true", help="the size sweep instead: per device, dtype and "
+                         "direction, the best rung against torch.compile, Liger-Kernel and quack at each shape "
+                         "(markdown, as the README shows it)")
     summary.set_defaults(fn=cmd_summary)
 
     def problem_args(p, nargs="+"):

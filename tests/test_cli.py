@@ -223,12 +223,36 @@ def test_summary_marks_a_time_below_the_physical_floor(results_dir, capsys, make
     assert "eager 0.010!" in out and "! kl_div eager forward: 0.010 ms is below the physical floor" in out
 
 
-def test_readme_shows_the_newest_recorded_summary(capsys):
+def readme_block(marker: str) -> str:
+    """The README's text between ``<!-- marker:begin -->`` and ``<!-- marker:end -->``, less a code fence."""
     readme = (build.ROOT / "README.md").read_text()
-    shown = readme.split("<!-- summary:begin -->")[1].split("<!-- summary:end -->")[0].strip().strip("`").strip()
-    code, out, _ = run(["summary"], capsys)
+    assert f"<!-- {marker}:begin -->" in readme, f"README.md has no block {marker!r}"
+    return readme.split(f"<!-- {marker}:begin -->")[1].split(f"<!-- {marker}:end -->")[0].strip().strip("`").strip()
+
+
+@pytest.mark.parametrize("marker, argv", [("summary", ["summary"]),
+                                          ("summary nvidia-h200", ["summary", "--device", "nvidia-h200"]),
+                                          ("sweep", ["summary", "--sweep"])])
+def test_readme_shows_the_recorded_summaries(marker, argv, capsys):
+    code, out, _ = run(argv, capsys)
     assert code == 0
-    assert shown == out.strip(), "update README.md from `python -m losslab summary`"
+    assert readme_block(marker) == out.strip(), f"update README.md from `python -m losslab {' '.join(argv)}`"
+
+
+def test_the_sweep_summary_names_each_cell_where_a_peer_leads_and_stale_results(make_section, results_dir, capsys):
+    from losslab import records
+
+    data = make_section(fresh=False)  # rungs 1 ms, compile 2 ms: compile made faster in one cell
+    for row in data["rows"]:
+        if (row["implementation"], row["direction"]) == ("compile", "forward"):
+            row["median_ms"] = 0.5
+    records.save_section("kl_div", data, results_dir)
+    code, out, _ = run(["summary", "--sweep", "--results-dir", str(results_dir)], capsys)
+    assert code == 0
+    assert "| Fixture GPU | float32 | forward | 1.000 / 0.500 |" in out
+    assert "| Fixture GPU | float32 | forward+backward | 1.000 / 2.000 |" in out
+    assert "A peer is faster in 1 of 2 cells:\n- Fixture GPU float32 forward 16384×16384: compile 0.5000 ms" in out
+    assert "measured on older sources than the repository's" in out
 
 
 # --- end to end, in a child process ----------------------------------------------------------------------------

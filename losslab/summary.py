@@ -1,0 +1,120 @@
+"""The summaries ``python -m losslab summary`` prints from the records, and the README copies (a
+cpu-tier test keeps the copies in step): the best rung of each problem against each peer at
+the seed size, and the sweep's best rung against each peer at every size, per device.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from losslab import records
+from losslab.measure.bench import SWEEP_DIRECTIONS, SWEEP_SHAPES
+
+SWEEP_PEERS = ("compile", "liger", "quack")  # eager is in the record and the notebooks; it never leads there
+
+
+def stale_note(section: records.Section) -> str | None:
+    """One line when some of ``section``'s results were measured on other sources than the
+    repository's (``Section.stale``), else None."""
+    stale = section.stale()
+    if not stale:
+        return None
+    return (f"note: {len(stale)} of {len(section.rows) + len(section.checks)} {section.problem} results on "
+            f"{section.device} were measured on older sources than the repository's: re-record with "
+            "scripts/gpu_suite.sh")
+
+
+def summary_text(sections: dict[str, records.Section]) -> str:
+    """The best variant of each problem against each peer, forward and forward_backward, from each
+    section's :meth:`~losslab.records.Section.view` (its seed size and float32 when it holds them),
+    headed by exactly what it shows: size and dtype per problem, and the device, versions and dates;
+    when the problems come from different devices, a line per problem and a device column; a
+    note per problem measured on older sources than the repository's (:func:`stale_note`)."""
+    views = {name: s.view() for name, s in sections.items()}
+    held = {name: f"{'x'.join(map(str, s.primary_shape or ()))} {s.primary_dtype}" for name, s in views.items()}
+    where = {name: f"{s.device} (torch {s.torch}, CUDA {s.cuda})" for name, s in views.items()}
+    dates = sorted(s.date[:10] for s in views.values())
+    when = dates[0] + ("" if dates[0] == dates[-1] else f" to {dates[-1]}")
+    many = len({s.device for s in views.values()}) > 1
+    if many:
+        head = ["recorded on several devices (compare across them with care); median GPU ms per call:"]
+        head += [f"  {name}: {held[name]} on {where[name]}, {views[name].date[:10]}" for name in views]
+    else:
+        head = [f"recorded on {next(iter(where.values()))}, {when}; "
+                f"{', '.join(f'{name} {held[name]}' for name in views)}; median GPU ms per call"]
+    device = lambda s: f"{s.device[:22]:<23}" if many else ""
+    lines = [f"{'problem':<14} {'direction':<16} " + (f"{'device':<23}" if many else "")
+             + f"{'best variant':<14} {'ms':>8} {'of bw':>6}   peers (ms, speedup)"]
+    notes = []
+    for name, s in views.items():
+        for direction in ("forward", "forward_backward"):
+            rows = [r for r in s.rows if r.direction == direction]
+            variants = [r for r in rows if r.kind == "variant"]
+            if not variants:
+                continue
+            best = min(variants, key=lambda r: r.median_ms)
+            peers = "  ".join(f"{r.implementation} {r.median_ms:.3f}{'!' if r.below_floor else ''} "
+                              f"(x{r.median_ms / best.median_ms:.2f})" for r in rows if r.kind == "peer")
+            notes += [f"! {name} {r.implementation} {direction}: {r.floor_note}" for r in rows if r.below_floor]
+            lines.append(f"{name:<14} {direction:<16} {device(s)}{best.implementation:<14} {best.median_ms:>8.3f} "
+                         f"{best.fraction_of_bandwidth:>6.0%}   {peers}")
+    notes += [note for s in views.values() if (note := stale_note(s))]
+    return "\n".join(head + lines + notes)
+
+
+def short_device(name: str) -> str:
+    """'NVIDIA H100 80GB HBM3' -> 'H100': the model, as a table column shows it."""
+    words = name.split()
+    return words[1] if len(words) > 1 and words[0] == "NVIDIA" else name
+
+
+def _cells(section: records.Section, dtype: str, direction: str) -> dict[tuple, dict[str, records.BenchRow]]:
+    """shape -> {"best": the fastest rung's row, peer name: its row} at ``dtype`` and ``direction``."""
+    found: dict[tuple, dict[str, records.BenchRow]] = {}
+    for r in section.rows:
+        if r.dtype != dtype or r.direction != direction:
+            continue
+        cell = found.setdefault(tuple(r.shape), {})
+        if r.kind == "variant":
+            if "best" not in cell or r.median_ms < cell["best"].median_ms:
+                cell["best"] = r
+        elif r.implementation in SWEEP_PEERS:
+            cell[r.implementation] = r
+    return found
+
+
+def sweep_markdown(problem: str, sections: Sequence[records.Section]) -> str:
+    """A markdown table of ``problem``'s sweep on each device of ``sections`` (one Section per
+    device): per dtype and direction, at each shape of ``bench.SWEEP_SHAPES`` that some device
+    recorded, the median ms per call (L2 flushed) of the best losslab rung and of each peer in
+    :data:`SWEEP_PEERS` that some device ran ("—" where it did not run); then the cells where a
+    peer was faster, each device's date and versions, and a note for results measured on other
+    sources than the repository's."""
+    cells = {(s.device, d, di): _cells(s, d, di) for s in sections for d in ("float32", "bfloat16")
+             for di in SWEEP_DIRECTIONS}
+    shapes = [s for s in SWEEP_SHAPES[problem] if any(s in c for c in cells.values())]
+    peers = [p for p in SWEEP_PEERS if any(p in cell for c in cells.values() for cell in c.values())]
+    head = ["device", "dtype", "direction", *("×".join(map(str, s)) for s in shapes)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    behind = []
+    for (device, dtype, direction), found in cells.items():
+        if not any(found.get(s, {}).get("best") for s in shapes):
+            continue
+        row = [short_device(device), dtype, direction.replace("_", "+")]
+        for shape in shapes:
+            cell = found.get(shape, {})
+            best = cell.get("best")
+            row.append(" / ".join(f"{cell[k].median_ms:.3f}" if k in cell else "—" for k in ("best", *peers)))
+            faster = [cell[p] for p in peers if best and p in cell and cell[p].median_ms < best.median_ms]
+            behind += [f"{short_device(device)} {dtype} {direction} {'×'.join(map(str, shape))}: {p.implementation} "
+                       f"{p.median_ms:.4f} ms, {best.implementation} {best.median_ms:.4f}" for p in faster]
+        lines.append("| " + " | ".join(row) + " |")
+    counted = sum(1 for c in cells.values() for s in shapes if c.get(s, {}).get("best"))
+    out = [f"{problem}: median ms per call (L2 flushed), best losslab rung / {' / '.join(peers)}", "", *lines, ""]
+    out.append(f"A peer is faster in {len(behind)} of {counted} cells" + (":" if behind else "."))
+    out += [f"- {b}" for b in behind]
+    out.append("")
+    for s in sections:
+        note = stale_note(s)
+        out.append(f"{short_device(s.device)}: {s.device}, torch {s.torch}, CUDA {s.cuda}, {s.date[:10]}"
+                   + (f"; {note.removeprefix('note: ')}" if note else ""))
+    return "\n".join(out)
