@@ -6,6 +6,7 @@
     python -m losslab bench kl_div --ncu        ... and Nsight Compute's counters per rung (DRAM bytes, coalescing, ...)
     python -m losslab bench --all --sweep       every problem over sizes from 128 rows to LLM-sized, fp32 and bf16
     python -m losslab bench --all               every problem, then the best variant against each peer
+    python -m losslab bench kl_div --knobs vectorized:UNROLL=8   a launch configuration beside the default (not recorded)
     python -m losslab summary                   that summary from the newest recorded results
     python -m losslab summary --sweep           the sweep's best rung against the peers at every size, per device
     python -m losslab roofline                  roofline figures (PNG) from the recorded results
@@ -121,6 +122,20 @@ def _names(text: str) -> list[str]:
     return names
 
 
+def _knob_setting(text: str) -> tuple[str, dict[str, int]]:
+    """``RUNG:KNOB=VALUE[,KNOB=VALUE...]`` -> (rung, {knob: value}); checked against the kernel
+    files in ``_bench_plan``, once the problems are known."""
+    rung, _, settings = text.partition(":")
+    values = {}
+    for item in settings.split(","):
+        knob, _, value = item.partition("=")
+        if not rung.strip() or not knob.strip() or not value.strip().lstrip("-").isdigit():
+            raise argparse.ArgumentTypeError(f"expected RUNG:KNOB=VALUE[,KNOB=VALUE...] such as "
+                                             f"vectorized:UNROLL=16, got {text!r}")
+        values[knob.strip()] = int(value)
+    return rung.strip(), values
+
+
 def _existing_file(text: str) -> Path:
     path = Path(text)
     if path.is_dir():
@@ -231,10 +246,17 @@ def _require_gpu(command: str) -> None:
 # --- the commands --------------------------------------------------------------------------------------
 
 def cmd_list(args) -> int:
+    from losslab.build import knobs
+
     for name in problems.names():
         spec = problems.get(name)
         sizes = ", ".join(f"{k} {r}x{c}" for k, (r, c) in spec.sizes.items())
         print(f"{name}\n  variants: {', '.join(spec.variants)}\n  sizes: {sizes}")
+        for rung in spec.variants:
+            declared = knobs.knobs(name, rung)
+            if declared:
+                print(f"  {rung} knobs (bench --knobs {rung}:{declared[0].name}=...): " + "; ".join(
+                    f"{k.name}={k.default} ({k.meaning}: {' '.join(map(str, k.allowed))})" for k in declared))
     return 0
 
 
@@ -294,6 +316,26 @@ def cmd_check(args) -> int:
     return 1 if failed else 0
 
 
+def _knob_configs(names: list[str], settings: list[tuple[str, dict[str, int]]]) -> dict[str, list]:
+    """problem -> the launch configurations (``build.knobs.Config``) ``--knobs`` asks for, checked.
+
+    Raises:
+        UsageError: a rung a problem lacks, a knob the rung does not declare or a value it does not offer.
+    """
+    from losslab.build import knobs
+
+    found = {}
+    for name in names:
+        found[name] = []
+        for rung, values in settings:
+            try:
+                problems.get(name).check_variant_name(rung)
+                found[name].append(knobs.config(name, rung, values))
+            except ValueError as err:
+                raise UsageError("--knobs", str(err).removeprefix('variant: ').removeprefix('knobs: ')) from None
+    return found
+
+
 def _bench_plan(args) -> dict[str, tuple[int, int]]:
     """Every argument of ``bench`` checked (before any GPU work): problem -> shape."""
     if args.all:
@@ -303,6 +345,12 @@ def _bench_plan(args) -> dict[str, tuple[int, int]]:
     _check_variants(args.problems, args.variants)
     if args.shapes is not None and not args.sweep:
         raise UsageError("--shapes", "only with --sweep (one size for a bench: --size)")
+    if args.knobs:
+        for option, given in (("--sweep", args.sweep), ("--ncu", args.ncu), ("--replace", args.replace)):
+            if given:
+                raise UsageError(option, "not with --knobs: launch configurations are timed beside their rung's "
+                                         "default build and printed, never recorded; leave it out")
+        _knob_configs(args.problems, args.knobs)
     if args.sweep:
         for option, given in (("--size", args.size is not None), ("--ncu", args.ncu), ("--replace", args.replace),
                               ("--variants", args.variants is not None)):
@@ -356,8 +404,15 @@ def cmd_bench(args) -> int:
     ceilings = measure_ceilings()
     peers = tuple(p for p in PEERS if not (p == "compile" and args.no_compile))
     tables, sections = [], {}
+    from losslab import ops
+
+    configs = _knob_configs(list(shapes), args.knobs or [])
     for name, shape in shapes.items():
-        section = records.measure_section(name, shape, args.variants, peers=peers, dtypes=args.dtypes,
+        variants = args.variants
+        if configs[name]:  # each configuration beside its rung's default build (and --variants)
+            variants = list(dict.fromkeys([*(args.variants or []), *(c.rung for c in configs[name])]))
+            variants += [ops.variant(name, c.rung, knobs=dict(c.values)) for c in configs[name] if not c.is_default]
+        section = records.measure_section(name, shape, variants, peers=peers, dtypes=args.dtypes,
                                           repeats=args.repeats, check=not args.no_check, ceilings=ceilings)
         sections[name] = section
         if section.checks:
@@ -376,7 +431,9 @@ def cmd_bench(args) -> int:
             if section.ncu.status == "ok":
                 tables.append(f"{name}: each rung's counters (ncu, {shapes[name][0]}x{shapes[name][1]} float32)\n"
                               f"{evidence_table_text(section.ncu)}")
-        if not args.no_record:
+        if args.knobs:
+            print("launch configurations are not recorded (the record holds the shipped builds)", file=sys.stderr)
+        elif not args.no_record:
             path = records.save_section(name, section, replace=args.replace)
             print(f"{'recorded' if args.replace else 'added to'} {path}", file=sys.stderr)
         if args.json:
@@ -503,6 +560,10 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--no-compile", action="store_true", help="skip the torch.compile peer")
     bench.add_argument("--no-check", action="store_true", help="skip the correctness checks")
     bench.add_argument("--no-record", action="store_true", help="do not add to reports/results/")
+    bench.add_argument("--knobs", type=_knob_setting, action="append", default=None, metavar="RUNG:KNOB=V[,KNOB=V]",
+                       help="also time the rung in this launch configuration (its own build, checked against "
+                       "float64 unless --no-check) beside its default build, e.g. vectorized:UNROLL=16; "
+                       "repeatable; printed, not recorded (python -m losslab list shows each rung's knobs)")
     bench.add_argument("--replace", action="store_true", help="replace each problem's recorded section "
                        "for this device instead of adding to it (a full re-record: no older row stays)")
     bench.add_argument("--ncu", action="store_true",

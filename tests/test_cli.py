@@ -281,6 +281,47 @@ def test_bench_adds_back_to_back_and_host_times(tmp_path, capsys):
     assert all(r["back_to_back_ms"] > 0 and r["host_ms"] > 0 for r in section["rows"])
 
 
+# --- bench --knobs -----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("argv, expected", [
+    (["bench", "kl_div", "--knobs", "vectorized"], "losslab bench: --knobs: expected RUNG:KNOB=VALUE"),
+    (["bench", "kl_div", "--knobs", "vectorized:UNROLL=x"], "losslab bench: --knobs: expected RUNG:KNOB=VALUE"),
+    (["bench", "kl_div", "--knobs", "vectorized:UNROLL=3"],
+     "losslab bench: --knobs: UNROLL (16-byte loads in flight per tensor of kl_div vectorized): 3 is not offered"),
+    (["bench", "kl_div", "--knobs", "vectorized:WARPS=8"], "losslab bench: --knobs: kl_div vectorized has no knob"),
+    (["bench", "kl_div", "cross_entropy", "--knobs", "cluster:THREADS=128"],
+     "losslab bench: --knobs: kl_div has no variant 'cluster'"),
+    (["bench", "kl_div", "--knobs", "fused:UNROLL=8", "--ncu"], "losslab bench: --ncu: not with --knobs"),
+    (["bench", "kl_div", "--knobs", "fused:UNROLL=8", "--sweep"], "losslab bench: --sweep: not with --knobs"),
+    (["bench", "kl_div", "--knobs", "fused:UNROLL=8", "--replace"], "losslab bench: --replace: not with --knobs"),
+])
+def test_knob_mistakes_are_one_line_before_any_gpu_work(argv, expected, capsys, monkeypatch):
+    monkeypatch.setattr(cli, "_require_gpu", lambda command: pytest.fail("reached the GPU"))
+    code, _, err = run(argv, capsys)
+    assert_one_line(code, err, expected)
+
+
+def test_list_shows_each_rungs_knobs(capsys):
+    code, out, _ = run(["list"], capsys)
+    assert code == 0
+    assert ("  vectorized knobs (bench --knobs vectorized:WARPS=...): WARPS=4 (rows per block, one warp each: "
+            "1 2 4 8 16 32); UNROLL=8") in out
+
+
+@pytest.mark.gpu
+def test_bench_times_a_launch_configuration_beside_the_default_and_records_neither(tmp_path, capsys):
+    before = {p: p.read_bytes() for p in records.RESULTS_DIR.glob("*.json")}
+    out = tmp_path / "bench.json"
+    code, text, err = run(["bench", "kl_div", "--size", "small", "--knobs", "vectorized:UNROLL=8", "--no-compile",
+                           "--repeats", "3", "--json", str(out)], capsys)
+    assert code == 0, err
+    assert "not recorded" in err and {p: p.read_bytes() for p in records.RESULTS_DIR.glob("*.json")} == before
+    section = json.loads(out.with_suffix(".kl_div.json").read_text())
+    timed = {r["implementation"] for r in section["rows"]}
+    assert {"vectorized", "vectorized [THREADS=256, UNROLL=8]"} <= timed, timed
+    assert all(c["passed"] for c in section["checks"] if c["variant"].startswith("vectorized [")), section["checks"]
+
+
 # --- bench --sweep ----------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("argv, expected", [
