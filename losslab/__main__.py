@@ -6,7 +6,7 @@
     python -m losslab bench kl_div --ncu        ... and Nsight Compute's counters per rung (DRAM bytes, coalescing, ...)
     python -m losslab bench --all --sweep       every problem over sizes from 128 rows to LLM-sized, fp32 and bf16
     python -m losslab bench --all               every problem, then the best variant against each peer
-    python -m losslab bench kl_div --knobs vectorized:UNROLL=8   a launch configuration beside the default (not recorded)
+    python -m losslab bench kl_div --knobs fused:UNROLL=8  a launch configuration beside the default (not recorded)
     python -m losslab summary                   that summary from the newest recorded results
     python -m losslab summary --sweep           the sweep's best rung against the peers at every size, per device
     python -m losslab roofline                  roofline figures (PNG) from the recorded results

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from losslab import records
 from losslab.measure.bench import SWEEP_DIRECTIONS, SWEEP_SHAPES
 
-SWEEP_PEERS = ("compile", "liger", "quack")  # eager is in the record and the notebooks; it never leads there
+SWEEP_PEERS = ("compile", "liger", "quack")  # the optimised peers; eager is in the record and notebook 03
 
 
 def stale_note(section: records.Section) -> str | None:
@@ -110,7 +110,8 @@ def sweep_markdown(problem: str, sections: Sequence[records.Section]) -> str:
         lines.append("| " + " | ".join(row) + " |")
     counted = sum(1 for c in cells.values() for s in shapes if c.get(s, {}).get("best"))
     out = [f"{problem}: median ms per call (L2 flushed), best losslab rung / {' / '.join(peers)}", "", *lines, ""]
-    out.append(f"A peer is faster in {len(behind)} of {counted} cells" + (":" if behind else "."))
+    out.append(f"{' or '.join(peers) or 'A peer'} is faster in {len(behind)} of {counted} cells"
+               + (":" if behind else "."))
     out += [f"- {b}" for b in behind]
     out.append("")
     for s in sections:

@@ -251,7 +251,7 @@ def test_the_sweep_summary_names_each_cell_where_a_peer_leads_and_stale_results(
     assert code == 0
     assert "| Fixture GPU | float32 | forward | 1.000 / 0.500 |" in out
     assert "| Fixture GPU | float32 | forward+backward | 1.000 / 2.000 |" in out
-    assert "A peer is faster in 1 of 2 cells:\n- Fixture GPU float32 forward 16384×16384: compile 0.5000 ms" in out
+    assert "compile is faster in 1 of 2 cells:\n- Fixture GPU float32 forward 16384×16384: compile 0.5000 ms" in out
     assert "measured on older sources than the repository's" in out
 
 
