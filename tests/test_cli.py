@@ -283,7 +283,7 @@ def test_bench_adds_back_to_back_and_host_times(tmp_path, capsys):
 
 # --- bench --knobs -----------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("argv, expected", [
+KNOB_MISTAKES = [
     (["bench", "kl_div", "--knobs", "vectorized"], "losslab bench: --knobs: expected RUNG:KNOB=VALUE"),
     (["bench", "kl_div", "--knobs", "vectorized:UNROLL=x"], "losslab bench: --knobs: expected RUNG:KNOB=VALUE"),
     (["bench", "kl_div", "--knobs", "vectorized:UNROLL=3"],
@@ -294,11 +294,7 @@ def test_bench_adds_back_to_back_and_host_times(tmp_path, capsys):
     (["bench", "kl_div", "--knobs", "fused:UNROLL=8", "--ncu"], "losslab bench: --ncu: not with --knobs"),
     (["bench", "kl_div", "--knobs", "fused:UNROLL=8", "--sweep"], "losslab bench: --sweep: not with --knobs"),
     (["bench", "kl_div", "--knobs", "fused:UNROLL=8", "--replace"], "losslab bench: --replace: not with --knobs"),
-])
-def test_knob_mistakes_are_one_line_before_any_gpu_work(argv, expected, capsys, monkeypatch):
-    monkeypatch.setattr(cli, "_require_gpu", lambda command: pytest.fail("reached the GPU"))
-    code, _, err = run(argv, capsys)
-    assert_one_line(code, err, expected)
+]  # checked with the sweep's mistakes below
 
 
 def test_list_shows_each_rungs_knobs(capsys):
@@ -332,8 +328,9 @@ def test_bench_times_a_launch_configuration_beside_the_default_and_records_neith
     (["bench", "kl_div", "--shapes", "128x4096"], "losslab bench: --shapes: only with --sweep"),
     (["bench", "kl_div", "--sweep", "--shapes", "128x0"], "losslab bench: --shapes: expected a comma-separated"),
     (["bench", "kl_div", "--sweep", "--shapes", "-1x5"], "losslab bench: --shapes: expected a comma-separated"),
+    *KNOB_MISTAKES,
 ])
-def test_sweep_mistakes_are_one_line_before_any_gpu_work(argv, expected, capsys, monkeypatch):
+def test_sweep_and_knob_mistakes_are_one_line_before_any_gpu_work(argv, expected, capsys, monkeypatch):
     monkeypatch.setattr(cli, "_require_gpu", lambda command: pytest.fail("reached the GPU"))
     code, _, err = run(argv, capsys)
     assert_one_line(code, err, expected)
