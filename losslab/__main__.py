@@ -350,7 +350,7 @@ def _bench_plan(args) -> dict[str, tuple[int, int]]:
             if given:
                 raise UsageError(option, "not with --knobs: launch configurations are timed beside their rung's "
                                          "default build and printed, never recorded; leave it out")
-        _knob_configs(args.problems, args.knobs)
+    args.knob_configs = _knob_configs(args.problems, args.knobs or [])
     if args.sweep:
         for option, given in (("--size", args.size is not None), ("--ncu", args.ncu), ("--replace", args.replace),
                               ("--variants", args.variants is not None)):
@@ -389,6 +389,7 @@ def cmd_sweep(args) -> int:
 
 
 def cmd_bench(args) -> int:
+    from losslab import ops
     from losslab.measure.bench import bench_table_text
     from losslab.measure.ceilings import measure_ceilings
     from losslab.measure.check import check_table_text
@@ -404,14 +405,11 @@ def cmd_bench(args) -> int:
     ceilings = measure_ceilings()
     peers = tuple(p for p in PEERS if not (p == "compile" and args.no_compile))
     tables, sections = [], {}
-    from losslab import ops
-
-    configs = _knob_configs(list(shapes), args.knobs or [])
     for name, shape in shapes.items():
-        variants = args.variants
-        if configs[name]:  # each configuration beside its rung's default build (and --variants)
-            variants = list(dict.fromkeys([*(args.variants or []), *(c.rung for c in configs[name])]))
-            variants += [ops.variant(name, c.rung, knobs=dict(c.values)) for c in configs[name] if not c.is_default]
+        variants, configs = args.variants, args.knob_configs[name]
+        if configs:  # each configuration beside its rung's default build (and --variants)
+            variants = list(dict.fromkeys([*(args.variants or []), *(c.rung for c in configs)]))
+            variants += [ops.variant(name, c.rung, knobs=dict(c.values)) for c in configs if not c.is_default]
         section = records.measure_section(name, shape, variants, peers=peers, dtypes=args.dtypes,
                                           repeats=args.repeats, check=not args.no_check, ceilings=ceilings)
         sections[name] = section

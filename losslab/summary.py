@@ -18,7 +18,7 @@ def stale_note(section: records.Section) -> str | None:
     stale = section.stale()
     if not stale:
         return None
-    return (f"note: {len(stale)} of {len(section.rows) + len(section.checks)} {section.problem} results on "
+    return (f"{len(stale)} of {len(section.rows) + len(section.checks)} {section.problem} results on "
             f"{section.device} were measured on older sources than the repository's: re-record with "
             "scripts/gpu_suite.sh")
 
@@ -57,7 +57,7 @@ def summary_text(sections: dict[str, records.Section]) -> str:
             notes += [f"! {name} {r.implementation} {direction}: {r.floor_note}" for r in rows if r.below_floor]
             lines.append(f"{name:<14} {direction:<16} {device(s)}{best.implementation:<14} {best.median_ms:>8.3f} "
                          f"{best.fraction_of_bandwidth:>6.0%}   {peers}")
-    notes += [note for s in views.values() if (note := stale_note(s))]
+    notes += [f"note: {note}" for s in views.values() if (note := stale_note(s))]
     return "\n".join(head + lines + notes)
 
 
@@ -117,5 +117,5 @@ def sweep_markdown(problem: str, sections: Sequence[records.Section]) -> str:
     for s in sections:
         note = stale_note(s)
         out.append(f"{short_device(s.device)}: {s.device}, torch {s.torch}, CUDA {s.cuda}, {s.date[:10]}"
-                   + (f"; {note.removeprefix('note: ')}" if note else ""))
+                   + (f"; {note}" if note else ""))
     return "\n".join(out)

@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's 
 import losslab  # noqa: E402
 from losslab import build, problems  # noqa: E402
 from losslab.measure import check  # noqa: E402
+from losslab.measure.ceilings import measure_bandwidth  # noqa: E402
 from losslab.measure.timing import flush_buffer, time_cuda  # noqa: E402
 from losslab.problems import misaligned_view  # noqa: E402
 from losslab.problems.cross_entropy import cluster_plan  # noqa: E402
@@ -68,13 +69,6 @@ def run_checks(ext) -> bool:
     return ok
 
 
-def copy_gbps() -> float:
-    source = torch.empty(2**28, device="cuda")  # 1 GiB
-    dest = torch.empty_like(source)
-    ms = time_cuda(lambda: dest.copy_(source), repeats=10, back_to_back=False).median_ms
-    return 2 * source.numel() * 4 / ms / 1e6
-
-
 def forward_backward_ms(rung: str, x: torch.Tensor, t: torch.Tensor, flush: torch.Tensor) -> float:
     """Median ms of one forward and backward of ``rung`` (grad_loss 1), L2 flushed before each."""
     fn, ones = losslab.variant("cross_entropy", rung), torch.ones((), device=x.device)
@@ -83,7 +77,7 @@ def forward_backward_ms(rung: str, x: torch.Tensor, t: torch.Tensor, flush: torc
 
 
 def run_timings(ext, quick: bool) -> None:
-    bandwidth = copy_gbps()
+    bandwidth = measure_bandwidth()["copy"]
     print(f"\nforward + backward (grad_loss 1), median ms per call, L2 flushed; copy bandwidth {bandwidth:.0f} GB/s")
     flush = flush_buffer()
     for shape, dtype in TIMED:
