@@ -29,8 +29,9 @@ The functions :func:`variant` returns validate their inputs on the host (raising
 TypeError/ValueError that names the argument) and call these operators. At small sizes the
 host time of a call is its whole cost, so the eager path is kept short: inputs whose
 metadata passed the checks once are not checked again (:func:`metadata_key`), a call that
-needs no gradient runs the kernels without an autograd.Function, and each problem's host
-code allocates one buffer per call (``scripts/host_overhead.py`` measures it).
+needs no gradient runs the kernels without an autograd.Function, and a call allocates only
+its outputs: scratch is the stream's own (``problems.launch.scratch``) and no launcher needs a
+memset (``kernels/common/stream_workspace.cuh``); ``scripts/host_overhead.py`` measures it.
 
 Out-of-range cross-entropy targets make the loss NaN and never stop the GPU;
 ``losslab.check_targets`` or strict mode raise the error naming them. It is not raised "at
@@ -115,7 +116,7 @@ class RungOps:
             loss, saved = host.forward(bound(forward_launcher), False, *args)
             return (loss, *saved[len(args):]) if self.state_size else loss
 
-        def infer(*args):  # the loss alone: no state for a backward (one allocation)
+        def infer(*args):  # the loss alone: no state for a backward (one allocation, the loss)
             return host.forward(bound(forward_launcher), False, *args, state=False)[0]
 
         def forward_fake(*args):
@@ -131,7 +132,16 @@ class RungOps:
         def backward_fake(*args):
             return torch.empty_like(args[0], memory_format=torch.contiguous_format)
 
+        def launch_forward(inputs, out=None, needs_grad=False, grad_out=None):
+            launcher, write_grad = rung.forward_launcher(needs_grad)
+            return host.forward(bound(launcher), write_grad, *inputs, out=out, grad_out=grad_out)
+
+        def launch_backward(saved, grad_loss, out=None):
+            return host.backward(bound(rung.backward), rung.writes_grad_in_forward, saved, grad_loss, out=out)
+
         self.forward_kernel, self.backward_kernel, self.infer = forward_kernel, backward_kernel, infer
+        # the problem launchers' interface (Problem.launch_forward/launch_backward) on this build
+        self.launch_forward, self.launch_backward = launch_forward, launch_backward
         self.writes_grad = rung.writes_grad_in_forward
         self.forward = self.backward = self.forward_grad = None
         if rung.writes_grad_in_forward:
@@ -327,6 +337,7 @@ def variant(problem: str, name: str, *, strict: bool | None = None,
     loss.__doc__ = f"{problem} computed by the {name} kernels; same signature as the reference."
     if config is not None:
         loss.name, loss.dtypes, loss.rung = config.label, dtypes, spec.rung(name)
+        loss.launch_forward, loss.launch_backward = ops.launch_forward, ops.launch_backward  # for check.resolve
     return loss
 
 
