@@ -32,7 +32,8 @@ tests=0 bench=0 sweep=0 claims=0 pitfalls=0
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/nvidia-smi.txt"
 if want tests; then
     echo "== pytest: compile and gpu tiers"
-    python3 -m pytest -q -rs -m "gpu or compile" -p no:cacheprovider tests > "$OUT/pytest.log" 2>&1
+    # -v: each test's outcome as it ends, so a run cut short by a time limit still names its failures
+    python3 -m pytest -v -rs -m "gpu or compile" -p no:cacheprovider tests > "$OUT/pytest.log" 2>&1
     tests=$?
     tail -n 25 "$OUT/pytest.log"
 fi

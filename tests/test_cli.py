@@ -231,7 +231,8 @@ def readme_block(marker: str) -> str:
 
 
 @pytest.mark.parametrize("marker, argv", [("summary", ["summary"]),
-                                          ("summary nvidia-h200", ["summary", "--device", "nvidia-h200"]),
+                                          ("summary nvidia-h100-80gb-hbm3",
+                                           ["summary", "--device", "nvidia-h100-80gb-hbm3"]),
                                           ("sweep", ["summary", "--sweep"])])
 def test_readme_shows_the_recorded_summaries(marker, argv, capsys):
     code, out, _ = run(argv, capsys)

@@ -28,7 +28,8 @@ SASS_SIGNS = {
                  r"SR_SWINHI", r"\bST\.E\.64\b", r"LDS\.128", r"STG\.E\.128"}, {r"LDG\.E\.128(\.CONSTANT)? "}),
 }
 SOURCES = [(p, s) for p in problems.names() for s in sorted((build.KERNELS / p).glob("*.cu"))]
-SOURCES += [("common", s) for s in sorted((build.KERNELS / "common").glob("*.cu"))]
+# kernels/common's host-only files (stream_workspace.cu: no __global__) hold no kernel to check
+SOURCES += [("common", s) for s in sorted((build.KERNELS / "common").glob("*.cu")) if "__global__" in s.read_text()]
 # the pitfalls and the exercises' solutions compile against the same headers and launcher types
 OTHERS = [s for folder in ("pitfalls", "exercises/solutions") for s in sorted((build.ROOT / folder).rglob("*.cu"))]
 

@@ -1,10 +1,10 @@
 // A reduction in one kernel: every block publishes its partial sum, and the
 // block that finishes last (it draws the last ticket) adds them all in a fixed
 // order -- CUDA's threadFenceReduction sample. No float atomicAdd: the result
-// is bitwise the same every run. The ticket is an unsigned int in the call's
-// own scratch that its launcher zeroes with cudaMemsetAsync before each launch
-// (a memset node in a captured graph), never a global that two streams or two
-// captured graphs would share.
+// is bitwise the same every run. The ticket is zero before the launch and zero
+// again after it (atomicInc wraps it when the last block draws), so it lives in
+// the stream's workspace (common/stream_workspace.cuh), never in a global that
+// two streams or two captured graphs would share.
 #pragma once
 #include <cstdint>
 #include <cuda_runtime.h>
@@ -22,7 +22,7 @@ __device__ __forceinline__ bool publish_partial(float partial, float* partials, 
     if (threadIdx.x == 0) {
         partials[index] = partial;
         __threadfence();  // the partial reaches the whole grid before the ticket does
-        last = atomicAdd(ticket, 1u) == publishers - 1;
+        last = atomicInc(ticket, publishers - 1) == publishers - 1;  // the last draw stores 0
     }
     __syncthreads();
     return last;

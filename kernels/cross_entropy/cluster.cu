@@ -115,7 +115,8 @@ template <typename T>
 __global__ void __launch_bounds__(THREADS)
 cross_entropy_cluster_forward_kernel(const T* __restrict__ logits,         // (N, C)
                                      const int64_t* __restrict__ targets,  // (N,)
-                                     int64_t* __restrict__ counts,         // (4,) from the count stage
+                                     int64_t* counters,                    // (4,) from the count stage
+                                     int64_t* counts,                      // (4,) written: n_valid, out of range
                                      float* __restrict__ row_losses,       // (N,)
                                      T* __restrict__ loss,                 // ()
                                      T* __restrict__ grad_logits,          // (N, C), for grad_loss = 1
@@ -153,7 +154,7 @@ cross_entropy_cluster_forward_kernel(const T* __restrict__ logits,         // (N
     cluster_arrive_relaxed();
     __syncthreads();  // the barriers are initialised before anyone waits on them
     const int64_t target = targets[row];  // read while the copies are in flight
-    const float scale = row_grad_scale(target, C, 1.0f / float(counts[0]));
+    const float scale = row_grad_scale(target, C, 1.0f / float(counters[0]));
     const int64_t tail = split.head + V * split.packs;
 
     // Pass 1: the slice's (max, sum), copy by copy as each lands; the scalar ends from global.
@@ -214,7 +215,7 @@ cross_entropy_cluster_forward_kernel(const T* __restrict__ logits,         // (N
         for (int64_t j = tail + threadIdx.x; j < C; j += THREADS)
             g[j] = from_float<T>(cross_entropy_grad(to_float(x[j]), j, target, row_lse.max, log_sum, scale));
     // the last cluster's rank 0: the mean over the rows, one partial per cluster
-    if (rank == 0) finish_mean(partial, row_losses, counts, counts_ticket(counts), loss, unsigned(row), gridDim.x / K);
+    if (rank == 0) finish_mean(partial, row_losses, counters, counts, loss, unsigned(row), gridDim.x / K);
 #endif
 }
 
@@ -329,14 +330,16 @@ cudaError_t cross_entropy_cluster_forward(const void* logits, const int64_t* tar
     if (plan.fallback)
         return cross_entropy_fused_forward(logits, targets, counts, row_losses, row_max, row_log_sum, loss,
                                            grad_logits, N, C, dtype, stream);
-    cudaError_t err = cross_entropy_count_targets(targets, counts, N, C, stream);  // also zeroes the ticket
+    int64_t* counters;
+    const cudaError_t err = cross_entropy_count_targets(targets, counts, N, C, stream, &counters);
     if (err != cudaSuccess) return err;
     return dispatch_dtype(dtype, [&](auto tag) {
         using T = decltype(tag);
         cudaLaunchAttribute attribute;
         const cudaLaunchConfig_t config = cluster_config(N, plan, stream, &attribute);
         return cudaLaunchKernelEx(&config, cross_entropy_cluster_forward_kernel<T>, static_cast<const T*>(logits),
-                                  targets, counts, row_losses, static_cast<T*>(loss), static_cast<T*>(grad_logits),
+                                  targets, counters, counts, row_losses, static_cast<T*>(loss),
+                                  static_cast<T*>(grad_logits),
                                   C, plan.slice_packs);
     });
 }

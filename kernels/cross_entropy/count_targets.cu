@@ -4,6 +4,7 @@
 // atomicAdd each (exact, so the result never depends on the order). The host
 // never waits for either count.
 #include "common/reduce.cuh"
+#include "common/stream_workspace.cuh"
 #include "cross_entropy/launchers.h"
 #include "cross_entropy/valid_mean.cuh"
 
@@ -12,7 +13,7 @@ constexpr int COUNT_UNROLL = 8;  // targets per thread, all loaded before any is
 
 __global__ void __launch_bounds__(COUNT_THREADS)
 cross_entropy_count_targets_kernel(const int64_t* __restrict__ targets,  // (N,)
-                                   int64_t* __restrict__ counts,         // (4,) zeroed before the launch
+                                   int64_t* __restrict__ counts,         // (2,) zero before the launch
                                    int64_t N, int64_t C) {
     int64_t valid = 0, out_of_range = 0;
     const int64_t first = blockIdx.x * int64_t(COUNT_THREADS * COUNT_UNROLL) + threadIdx.x;
@@ -31,11 +32,11 @@ cross_entropy_count_targets_kernel(const int64_t* __restrict__ targets,  // (N,)
 }
 
 cudaError_t cross_entropy_count_targets(const int64_t* targets, int64_t* counts, int64_t N, int64_t C,
-                                        cudaStream_t stream) {
-    cudaError_t err = cudaMemsetAsync(counts, 0, 4 * sizeof(int64_t), stream);  // the counts and the ticket
+                                        cudaStream_t stream, int64_t** counters) {
+    const cudaError_t err = stream_workspace(stream, counts, 4 * sizeof(int64_t), reinterpret_cast<void**>(counters));
     if (err != cudaSuccess) return err;
     const int64_t per_block = int64_t(COUNT_THREADS) * COUNT_UNROLL;
-    cross_entropy_count_targets_kernel<<<(N + per_block - 1) / per_block, COUNT_THREADS, 0, stream>>>(targets, counts,
-                                                                                                      N, C);
+    cross_entropy_count_targets_kernel<<<(N + per_block - 1) / per_block, COUNT_THREADS, 0, stream>>>(
+        targets, *counters, N, C);
     return cudaGetLastError();
 }

@@ -67,7 +67,8 @@ template <typename T>
 __global__ void __launch_bounds__(THREADS, 8)
 cross_entropy_fused_forward_kernel(const T* __restrict__ logits,         // (N, C)
                                    const int64_t* __restrict__ targets,  // (N,)
-                                   int64_t* __restrict__ counts,         // (4,) from the count stage
+                                   int64_t* counters,                    // (4,) from the count stage
+                                   int64_t* counts,                      // (4,) written: n_valid, out of range
                                    float* __restrict__ row_losses,       // (N,)
                                    T* __restrict__ loss,                 // ()
                                    T* __restrict__ grad_logits,          // (N, C), for grad_loss = 1
@@ -82,7 +83,7 @@ cross_entropy_fused_forward_kernel(const T* __restrict__ logits,         // (N, 
     const int64_t tail = split.head + V * split.packs;
     const int64_t last_tile = (split.packs + TILE_PACKS - 1) / TILE_PACKS - 1;
     const int64_t target = targets[row];  // read early: the loads overlap pass 1
-    const float scale = row_grad_scale(target, C, 1.0f / float(counts[0]));
+    const float scale = row_grad_scale(target, C, 1.0f / float(counters[0]));
 
     // Pass 1: the row's log-sum-exp, one tile at a time; the scalar head and tail first.
     LogSumExp lse;
@@ -127,7 +128,7 @@ cross_entropy_fused_forward_kernel(const T* __restrict__ logits,         // (N, 
         g[j] = from_float<T>(cross_entropy_grad(to_float(x[j]), j, target, lse.max, log_sum, scale));
     for (int64_t j = tail + threadIdx.x; j < C; j += THREADS)
         g[j] = from_float<T>(cross_entropy_grad(to_float(x[j]), j, target, lse.max, log_sum, scale));
-    finish_mean(partial, row_losses, counts, counts_ticket(counts), loss);  // the last block: the mean
+    finish_mean(partial, row_losses, counters, counts, loss);  // the last block: the mean
 }
 
 // Needs a gradient buffer: inference runs the vectorized forward instead (the rung table says so).
@@ -136,12 +137,13 @@ cudaError_t cross_entropy_fused_forward(const void* logits, const int64_t* targe
                                         float* row_losses, float* /*row_max*/, float* /*row_log_sum*/, void* loss,
                                         void* grad_logits, int64_t N, int64_t C, DType dtype, cudaStream_t stream) {
     if (grad_logits == nullptr) return cudaErrorInvalidValue;
-    cudaError_t err = cross_entropy_count_targets(targets, counts, N, C, stream);  // also zeroes the ticket
+    int64_t* counters;
+    const cudaError_t err = cross_entropy_count_targets(targets, counts, N, C, stream, &counters);
     if (err != cudaSuccess) return err;
     return dispatch_dtype(dtype, [&](auto tag) {
         using T = decltype(tag);
         cross_entropy_fused_forward_kernel<T><<<N, THREADS, 0, stream>>>(
-            static_cast<const T*>(logits), targets, counts, row_losses, static_cast<T*>(loss),
+            static_cast<const T*>(logits), targets, counters, counts, row_losses, static_cast<T*>(loss),
             static_cast<T*>(grad_logits), C);
         return cudaGetLastError();
     });

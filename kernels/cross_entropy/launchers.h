@@ -24,7 +24,8 @@ typedef cudaError_t cross_entropy_forward_fn(
     const void* logits,      // (N, C) of dtype
     const int64_t* targets,  // (N,) class indices, ignore_index = -100
     int64_t* counts,         // (4,) written: n_valid, number out of range (the backward reads n_valid); the last
-                             // 16 bytes are the launcher's scratch (a one-kernel forward's ticket, which it zeroes)
+                             // 16 bytes are the launcher's scratch (common/stream_workspace.cuh: while a graph is
+                             // captured, a one-kernel forward counts in the whole 32 bytes and keeps its ticket there)
     float* row_losses,       // (N,) scratch, 16-byte aligned: each row's loss (or each block's)
     float* row_max,          // (N,) for the backward: each row's max logit
     float* row_log_sum,      // (N,) for the backward: log sum_j exp(x_j - max)
@@ -53,11 +54,13 @@ CROSS_ENTROPY_RUNGS(CROSS_ENTROPY_DECLARE)
 #undef CROSS_ENTROPY_DECLARE
 
 // Stages a rung's launcher may run (count_targets.cu, valid_mean.cu); the host never calls them.
-// count_targets: zero counts (all four), then add the targets' counts from many blocks (int atomics:
-// exact, so deterministic), for a rung that needs n_valid before its row kernel (fused).
+// count_targets: add the targets' counts from many blocks (int atomics: exact, so deterministic) into
+// *counters, the stream's workspace (or `counts` while a graph is captured), for a rung that needs n_valid
+// before its row kernel (fused). That kernel's finish_mean copies them to `counts` and zeroes the workspace.
 cudaError_t cross_entropy_count_targets(const int64_t* targets,  // (N,)
-                                        int64_t* counts,         // (4,) written
-                                        int64_t N, int64_t C, cudaStream_t stream);
+                                        int64_t* counts,         // (4,) the forward's
+                                        int64_t N, int64_t C, cudaStream_t stream,
+                                        int64_t** counters);     // set: (4,) n_valid, out of range, the ticket
 // valid_mean: one block counts the targets and adds the row losses in a fixed order (the teaching rungs'
 // second kernel).
 cudaError_t cross_entropy_valid_mean(const int64_t* targets,   // (N,)

@@ -19,21 +19,32 @@ __device__ __forceinline__ void write_mean(float sum, int64_t valid, int64_t out
     *loss = from_float<T>(out_of_range ? NAN : sum / float(valid));
 }
 
+// The ticket a one-kernel forward draws: its counters' third word (launchers.h).
+__host__ __device__ inline unsigned int* counters_ticket(int64_t* counters) {
+    return reinterpret_cast<unsigned int*>(counters + 2);
+}
+
 // The end of a one-kernel forward: every block (or, given `index` and
 // `publishers`, each of that many blocks, e.g. one per cluster) publishes its
 // loss; the last to finish adds them in a fixed order and writes the mean, the
-// counts (added by every block before its ticket, or by an earlier stage) being
-// complete by then.
+// counters (n_valid and the number out of range, added by every block before
+// its ticket, or by an earlier stage) being complete by then. Counters in the
+// stream's workspace are copied to the forward's `counts` and zeroed for the
+// next call (common/stream_workspace.cuh); while a graph is captured they are
+// `counts` itself.
 template <typename T>
-__device__ __forceinline__ void finish_mean(float block_loss, float* block_losses, const int64_t* counts,
-                                            unsigned int* ticket, T* loss, unsigned int index = blockIdx.x,
+__device__ __forceinline__ void finish_mean(float block_loss, float* block_losses, int64_t* counters,
+                                            int64_t* counts, T* loss, unsigned int index = blockIdx.x,
                                             unsigned int publishers = gridDim.x) {
-    if (!publish_partial(block_loss, block_losses, ticket, index, publishers)) return;
+    if (!publish_partial(block_loss, block_losses, counters_ticket(counters), index, publishers)) return;
     const float sum = sum_in_order(block_losses, publishers);
-    if (threadIdx.x == 0) write_mean(sum, __ldcg(counts), __ldcg(counts + 1), loss);
-}
-
-// The ticket a one-kernel forward draws: counts' scratch half (launchers.h).
-__host__ __device__ inline unsigned int* counts_ticket(int64_t* counts) {
-    return reinterpret_cast<unsigned int*>(counts + 2);
+    if (threadIdx.x == 0) {
+        const int64_t valid = __ldcg(counters), out_of_range = __ldcg(counters + 1);
+        if (counters != counts) {
+            counts[0] = valid;
+            counts[1] = out_of_range;
+            counters[0] = counters[1] = 0;
+        }
+        write_mean(sum, valid, out_of_range, loss);
+    }
 }

@@ -9,6 +9,7 @@
 // reads 128 floats in four rounds of UNROLL packs; a few much longer rows would
 // leave most of the GPU idle.
 #include "common/dispatch.cuh"
+#include "common/stream_workspace.cuh"
 #include "cross_entropy/cross_entropy.cuh"
 #include "cross_entropy/launchers.h"
 #include "cross_entropy/options.cuh"
@@ -61,7 +62,8 @@ template <typename T>
 __global__ void __launch_bounds__(THREADS)
 cross_entropy_vectorized_forward_kernel(const T* __restrict__ logits,         // (N, C)
                                         const int64_t* __restrict__ targets,  // (N,)
-                                        int64_t* __restrict__ counts,         // (4,) zeroed before the launch
+                                        int64_t* counters,                    // (4,) the stream's: zero before, after
+                                        int64_t* counts,                      // (4,) written: n_valid, out of range
                                         float* __restrict__ block_losses,     // (gridDim.x,)
                                         float* __restrict__ row_max,          // (N,)
                                         float* __restrict__ row_log_sum,      // (N,)
@@ -95,11 +97,12 @@ cross_entropy_vectorized_forward_kernel(const T* __restrict__ logits,         //
             block_loss += warp_loss[w];
             count_target(warp_target[w], C, valid, out_of_range);
         }
-        if (valid) atomicAdd(reinterpret_cast<unsigned long long*>(counts), static_cast<unsigned long long>(valid));
+        if (valid) atomicAdd(reinterpret_cast<unsigned long long*>(counters), static_cast<unsigned long long>(valid));
         if (out_of_range)
-            atomicAdd(reinterpret_cast<unsigned long long*>(counts + 1), static_cast<unsigned long long>(out_of_range));
+            atomicAdd(reinterpret_cast<unsigned long long*>(counters + 1),
+                      static_cast<unsigned long long>(out_of_range));
     }
-    finish_mean(block_loss, block_losses, counts, counts_ticket(counts), loss);
+    finish_mean(block_loss, block_losses, counters, counts, loss);
 }
 
 // One warp per row, as the forward: UNROLL pack loads in flight per lane, then
@@ -151,18 +154,19 @@ cross_entropy_vectorized_backward_kernel(const T* __restrict__ logits,          
         g[j] = from_float<T>(cross_entropy_grad(to_float(x[j]), j, target, m, log_sum, scale));
 }
 
-// One kernel, after a 32-byte memset of the counts and the ticket.
+// One kernel, counting in the stream's workspace (common/stream_workspace.cuh): no memset per call.
 cudaError_t cross_entropy_vectorized_forward(const void* logits, const int64_t* targets, int64_t* counts,
                                              float* row_losses, float* row_max, float* row_log_sum, void* loss,
                                              void* /*grad_logits: not fused*/, int64_t N, int64_t C, DType dtype,
                                              cudaStream_t stream) {
-    cudaError_t err = cudaMemsetAsync(counts, 0, 4 * sizeof(int64_t), stream);
+    int64_t* counters;
+    const cudaError_t err = stream_workspace(stream, counts, 4 * sizeof(int64_t), reinterpret_cast<void**>(&counters));
     if (err != cudaSuccess) return err;
     return dispatch_dtype(dtype, [&](auto tag) {
         using T = decltype(tag);
         cross_entropy_vectorized_forward_kernel<T><<<(N + WARPS - 1) / WARPS, THREADS, 0, stream>>>(
-            static_cast<const T*>(logits), targets, counts, row_losses, row_max, row_log_sum, static_cast<T*>(loss),
-            N, C);
+            static_cast<const T*>(logits), targets, counters, counts, row_losses, row_max, row_log_sum,
+            static_cast<T*>(loss), N, C);
         return cudaGetLastError();
     });
 }

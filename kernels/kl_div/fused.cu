@@ -7,6 +7,7 @@
 #include "common/last_block.cuh"
 #include "common/reduce.cuh"
 #include "common/row_split.cuh"
+#include "common/stream_workspace.cuh"
 #include "common/scale.cuh"
 #include "kl_div/kl_div.cuh"
 #include "kl_div/launchers.h"
@@ -30,7 +31,7 @@ __global__ void __launch_bounds__(THREADS)
 kl_div_fused_forward_kernel(const T* __restrict__ predictions,  // (B, D)
                             const T* __restrict__ targets,      // (B, D)
                             float* __restrict__ row_partials,   // (B,)
-                            unsigned int* __restrict__ ticket,  // () zeroed before the launch
+                            unsigned int* __restrict__ ticket,  // () zero before the launch and after
                             T* __restrict__ loss,               // ()
                             T* __restrict__ grad_predictions,   // (B, D), for grad_loss = 1
                             int64_t D, float inv_B) {
@@ -82,13 +83,14 @@ kl_div_fused_forward_kernel(const T* __restrict__ predictions,  // (B, D)
 }
 
 // Needs a gradient buffer: inference runs the vectorized forward instead (the rung table says so).
-// One kernel after a 4-byte memset of its ticket, as vectorized's forward.
+// One kernel, its ticket the stream's, as vectorized's forward.
 cudaError_t kl_div_fused_forward(const void* predictions, const void* targets, float* row_partials,
                                  void* loss, void* grad_predictions, int64_t B, int64_t D,
                                  DType dtype, cudaStream_t stream) {
     if (grad_predictions == nullptr) return cudaErrorInvalidValue;
-    unsigned int* ticket = reinterpret_cast<unsigned int*>(row_partials + B);
-    cudaError_t err = cudaMemsetAsync(ticket, 0, sizeof(unsigned int), stream);
+    unsigned int* ticket;
+    const cudaError_t err = stream_workspace(stream, row_partials + B, sizeof(unsigned int),
+                                             reinterpret_cast<void**>(&ticket));
     if (err != cudaSuccess) return err;
     return dispatch_dtype(dtype, [&](auto tag) {
         using T = decltype(tag);

@@ -16,7 +16,8 @@ typedef cudaError_t kl_div_forward_fn(
     const void* predictions,  // (B, D) of dtype
     const void* targets,      // (B, D) of dtype
     float* row_partials,      // (B + 4,) scratch, 16-byte aligned: each row's sum in the first B; the last 16 bytes
-                              // are the launcher's (a one-kernel forward's ticket, which it zeroes)
+                              // are the launcher's (a one-kernel forward's ticket while a graph is captured:
+                              // common/stream_workspace.cuh)
     void* loss,               // () of dtype: sum / B
     void* grad_predictions,   // (B, D) of dtype: dL/dp for grad_loss = 1, written by a rung that fuses the
                               // gradient into its forward (it requires one); the others ignore it (null)

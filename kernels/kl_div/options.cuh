@@ -8,6 +8,7 @@
 #include "common/dispatch.cuh"
 #include "common/reduce.cuh"
 #include "common/last_block.cuh"
+#include "common/stream_workspace.cuh"
 #include "common/xlogy.cuh"
 #include "kl_div/options.h"
 
@@ -36,7 +37,7 @@ template <typename T>
 __global__ void __launch_bounds__(KL_OPTIONS_THREADS)
 kl_div_options_forward_kernel(const T* __restrict__ input, const T* __restrict__ target,
                               float* __restrict__ partials,  // (gridDim.x,)
-                              unsigned int* __restrict__ ticket,  // () zeroed before the launch
+                              unsigned int* __restrict__ ticket,  // () zero before the launch and after
                               T* __restrict__ loss,          // ()
                               T* __restrict__ terms,         // (n,) or null
                               T* __restrict__ grad,          // (n,) or null
@@ -94,8 +95,10 @@ kl_div_options_forward_kernel(const T* __restrict__ input, const T* __restrict__
 inline cudaError_t kl_div_options_launch(const void* input, const void* target, float* partials, void* loss,
                                          void* elementwise, void* grad_input, int64_t n, int log_target,
                                          float divisor, DType dtype, cudaStream_t stream) {
-    unsigned int* ticket = reinterpret_cast<unsigned int*>(partials + KL_DIV_OPTIONS_MAX_BLOCKS);
-    cudaError_t err = elementwise ? cudaSuccess : cudaMemsetAsync(ticket, 0, sizeof(unsigned int), stream);
+    unsigned int* ticket = nullptr;  // reduction none draws none
+    const cudaError_t err = elementwise ? cudaSuccess
+        : stream_workspace(stream, partials + KL_DIV_OPTIONS_MAX_BLOCKS, sizeof(unsigned int),
+                           reinterpret_cast<void**>(&ticket));
     if (err != cudaSuccess) return err;
     return dispatch_dtype(dtype, [&](auto tag) {
         using T = decltype(tag);

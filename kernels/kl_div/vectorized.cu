@@ -10,6 +10,7 @@
 #include "common/last_block.cuh"
 #include "common/reduce.cuh"
 #include "common/row_split.cuh"
+#include "common/stream_workspace.cuh"
 #include "kl_div/kl_div.cuh"
 #include "kl_div/launchers.h"
 #include "kl_div/options.cuh"
@@ -32,7 +33,7 @@ __global__ void __launch_bounds__(THREADS)
 kl_div_vectorized_forward_kernel(const T* __restrict__ predictions,  // (B, D)
                                  const T* __restrict__ targets,      // (B, D)
                                  float* __restrict__ row_partials,   // (B,)
-                                 unsigned int* __restrict__ ticket,  // () zeroed before the launch
+                                 unsigned int* __restrict__ ticket,  // () zero before the launch and after
                                  T* __restrict__ loss,               // ()
                                  int64_t D) {
     constexpr int V = Pack<T>::size;
@@ -113,12 +114,13 @@ kl_div_scalar_backward_kernel(const T* __restrict__ predictions, const T* __rest
             kl_div_grad(to_float(predictions[i]), to_float(targets[i]), scaled_grad));
 }
 
-// One kernel (the last block writes the loss), after a 4-byte memset of its ticket.
+// One kernel (the last block writes the loss); its ticket is the stream's (stream_workspace.cuh).
 cudaError_t kl_div_vectorized_forward(const void* predictions, const void* targets, float* row_partials,
                                       void* loss, void* /*grad_predictions: not fused*/, int64_t B, int64_t D,
                                       DType dtype, cudaStream_t stream) {
-    unsigned int* ticket = reinterpret_cast<unsigned int*>(row_partials + B);
-    cudaError_t err = cudaMemsetAsync(ticket, 0, sizeof(unsigned int), stream);
+    unsigned int* ticket;
+    const cudaError_t err = stream_workspace(stream, row_partials + B, sizeof(unsigned int),
+                                             reinterpret_cast<void**>(&ticket));
     if (err != cudaSuccess) return err;
     return dispatch_dtype(dtype, [&](auto tag) {
         using T = decltype(tag);

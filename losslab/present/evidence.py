@@ -480,9 +480,10 @@ def score_prediction(section: records.Section | dict | None, predicted: dict[str
 # far beyond the 16 KiB of a row that fused holds in registers
 LONG_ROWS = ((4096, 131072), (2048, 262144))
 LONG_ROW_DTYPES = ("float32", "bfloat16")
-# where time alone shows the single read (above the bound of a kernel that reads the logits twice):
-# in bfloat16 cluster runs near that bound (seen live on an H100), so there its time cannot tell
-READ_ONCE_DTYPES = ("float32",)
+# where time alone shows the single read (above the bound of a kernel that reads the logits twice) on
+# both recorded devices: float32 rows of 512 KiB. In bfloat16, and at 1 MiB float32 rows on the H200
+# (62 % of its floor, 2048 clusters of 8 CTAs), cluster runs near that bound, so there time cannot tell
+READ_ONCE_CASES = (((4096, 131072), "float32"),)
 RERECORD = "python -m losslab bench cross_entropy --sweep --dtypes float32,bfloat16"
 
 
@@ -625,7 +626,7 @@ def long_rows_after(section: records.Section | dict | None) -> Html:
 def cluster_claims(section: records.Section | dict | None) -> list[Claim]:
     """What the cluster section of notebook 02 claims, per long-row shape and dtype (all rows of
     ``section``, not its view): fused re-reads the logits (its fraction of the floor at most the
-    re-read bound); cluster is faster than fused; and, in :data:`READ_ONCE_DTYPES`, cluster reads
+    re-read bound); cluster is faster than fused; and, in :data:`READ_ONCE_CASES`, cluster reads
     them once (its fraction of the floor above the re-read bound). None where the record lacks
     the rows or the floor; [] without a section.
 
@@ -652,7 +653,7 @@ def cluster_claims(section: records.Section | dict | None) -> list[Claim]:
                   f"{r.label} forward+backward: {upper} {r.cluster_ms:.3f} ms against {lower} {r.lower_ms:.3f} ms, "
                   f"&times;{r.speedup:.2f} {lower} (above 1: faster)", None if r.speedup is None else r.speedup > 1),
         ]
-        if r.dtype in READ_ONCE_DTYPES:
+        if (tuple(r.shape), r.dtype) in READ_ONCE_CASES:
             out.append(Claim(section.problem, f"{upper}_reads_once_{key}",
                              missing.format(f"{upper} forward+backward or its floor") if high is None else
                              f"{r.label}: {upper} reaches {high:.0%} of the read-once/write-once floor, above the "

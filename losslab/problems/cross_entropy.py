@@ -28,7 +28,7 @@ import torch.nn.functional as F
 
 from losslab import build
 from losslab.problems.base import HALF_AND_FLOAT, LADDER, Cost, Problem, Rung, misaligned_view
-from losslab.problems.launch import DTYPE_CODES, forward_gradient, gradient_buffer, launch, launch_values
+from losslab.problems.launch import DTYPE_CODES, forward_gradient, gradient_buffer, launch, launch_values, scratch
 from losslab.validation import require_cuda, require_tensor
 
 KNOWN_DTYPES = HALF_AND_FLOAT  # what validate lets through to check_dtype
@@ -239,8 +239,8 @@ def forward(launcher: Callable[..., None], write_grad: bool, predictions: torch.
         write_grad: the rung writes dL/dx for grad_loss = 1 in this pass (into ``grad_out``
             if given, else a fresh (N, C) tensor); only for a rung that fuses it.
         out: optional 0-d tensor to write the loss into.
-        state: return ``stats`` for the backward (False: inference, one allocation; the
-            returned state is then a view that must not outlive the loss's use).
+        state: return ``stats`` for the backward (False: inference, one allocation, the
+            loss's; the returned state's ``stats`` is then None).
     Returns the 0-d loss (the logits' dtype, written by the kernels: no conversion; ``out`` if
     given; NaN if a target is outside [0, C) and not ignore_index) and what the backward
     needs: the gradient alone if written, else predictions, targets and ``stats``
@@ -252,17 +252,14 @@ def forward(launcher: Callable[..., None], write_grad: bool, predictions: torch.
     rows, cols = predictions.shape
     dtype, device = predictions.dtype, predictions.device
     direct = out is not None and out.dtype is dtype
-    if state and not write_grad:
-        # the state is an output of its own (it must not alias the loss): two allocations
-        (stats,) = empty_state(predictions)
-        loss = out if direct else torch.empty((), device=device, dtype=dtype)
-        base = stats.data_ptr()
-    else:
-        # one allocation, in the logits' dtype: the loss in its first 16 bytes, then stats' layout
-        stats = torch.empty((48 + 12 * rows) // predictions.element_size(), device=device, dtype=dtype)
-        loss = out if direct else stats[0]
-        base = stats.data_ptr() + 16
+    loss = out if direct else predictions.new_empty(())
     grad = gradient_buffer(predictions, grad_out) if write_grad else None
+    _keep = stats = None
+    if state and not write_grad:  # the backward reads stats: an output of its own
+        (stats,) = empty_state(predictions)
+        base = stats.data_ptr()
+    else:  # no one reads stats' layout after the call: the stream's scratch, no allocation
+        base, _keep = scratch(device, 32 + 12 * rows)
     launch_values(launcher, device, predictions.data_ptr(), targets.data_ptr(), base, base + 32, base + 32 + 4 * rows,
                   base + 32 + 8 * rows, loss.data_ptr(), 0 if grad is None else grad.data_ptr(), rows, cols,
                   DTYPE_CODES[dtype])

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from losslab import build
 from losslab.problems.base import HALF_AND_FLOAT, Cost, Problem, misaligned_view
-from losslab.problems.launch import DTYPE_CODES, forward_gradient, gradient_buffer, launch, launch_values
+from losslab.problems.launch import DTYPE_CODES, forward_gradient, gradient_buffer, launch, launch_values, scratch
 from losslab.validation import require_cuda, require_no_grad, require_tensor
 
 KNOWN_DTYPES = HALF_AND_FLOAT  # what the rungs take between them (check_dtype narrows per rung)
@@ -151,15 +151,13 @@ def forward(launcher: Callable[..., None], write_grad: bool, predictions: torch.
     predictions, targets = predictions.contiguous(), targets.contiguous()
     rows, cols = predictions.shape
     dtype, device = predictions.dtype, predictions.device
-    # One allocation, in the inputs' dtype: the loss in its first 16 bytes, then the row
-    # partials and the launcher's 16 bytes (launchers.h). At small sizes each torch.empty
-    # is a sizeable part of a call's host time.
-    work = torch.empty((32 + 4 * rows) // predictions.element_size(), device=device, dtype=dtype)
     direct = out is not None and out.dtype is dtype
-    loss = out if direct else work[0]
+    loss = out if direct else predictions.new_empty(())
     grad = gradient_buffer(predictions, grad_out) if write_grad else None
-    launch_values(launcher, device, predictions.data_ptr(), targets.data_ptr(), work.data_ptr() + 16,
-                  loss.data_ptr(), 0 if grad is None else grad.data_ptr(), rows, cols, DTYPE_CODES[dtype])
+    # the row partials and the launcher's 16 bytes (launchers.h): the stream's scratch, no allocation
+    partials, _keep = scratch(device, 16 + 4 * rows)
+    launch_values(launcher, device, predictions.data_ptr(), targets.data_ptr(), partials, loss.data_ptr(),
+                  0 if grad is None else grad.data_ptr(), rows, cols, DTYPE_CODES[dtype])
     saved = (predictions, targets) if grad is None else (grad,)
     if out is not None and not direct:
         loss = out.copy_(loss)

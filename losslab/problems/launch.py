@@ -55,6 +55,32 @@ def launch_values(launcher: Callable[..., None], device: torch.device, *values: 
         launcher(*values, torch._C._cuda_getCurrentRawStream(index))
 
 
+_STREAM_SCRATCH: dict[tuple[int, int], torch.Tensor] = {}  # (device index, raw stream) -> its scratch
+
+
+def scratch(device: torch.device, nbytes: int) -> tuple[int, torch.Tensor | None]:
+    """Device memory for what a forward writes and no one reads after it (block partials,
+    a launcher's words): the current stream's own buffer, reused by the next call on that
+    stream (it runs after this one), so a call allocates nothing for it. While the stream
+    captures a CUDA graph, or when ``device`` is not the current device, a fresh buffer
+    instead (a graph may replay on another stream, beside this stream's calls).
+
+    Args:
+        device: the CUDA device of the call; nbytes: bytes needed.
+    Returns the address (16-byte aligned) and the fresh tensor to keep until the launch is
+    enqueued (None for the stream's buffer).
+    """
+    index = device.index
+    if torch._C._cuda_getDevice() != index or torch._C._cuda_isCurrentStreamCapturing():
+        fresh = torch.empty(nbytes, device=device, dtype=torch.uint8)
+        return fresh.data_ptr(), fresh
+    key = (index, torch._C._cuda_getCurrentRawStream(index))
+    buffer = _STREAM_SCRATCH.get(key)
+    if buffer is None or buffer.numel() < nbytes:
+        buffer = _STREAM_SCRATCH[key] = torch.empty(max(nbytes, 4096), device=device, dtype=torch.uint8)
+    return buffer.data_ptr(), None
+
+
 def gradient_buffer(like: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
     """Where a gradient like ``like`` is written: ``out`` if given, else a fresh tensor."""
     return torch.empty_like(like) if out is None else out

@@ -158,6 +158,14 @@ inline const char* cudaGetErrorString(cudaError_t e) {
 }
 inline cudaError_t cudaMemsetAsync(void* p, int v, size_t n, cudaStream_t = nullptr) { std::memset(p, v, n); return cudaSuccess; }
 inline cudaError_t cudaMemset(void* p, int v, size_t n) { std::memset(p, v, n); return cudaSuccess; }
+// no stream ever captures a graph here; device memory is host memory
+enum cudaStreamCaptureStatus { cudaStreamCaptureStatusNone, cudaStreamCaptureStatusActive };
+inline cudaError_t cudaStreamIsCapturing(cudaStream_t, cudaStreamCaptureStatus* s) {
+    *s = cudaStreamCaptureStatusNone; return cudaSuccess;
+}
+inline cudaError_t cudaGetDevice(int* d) { *d = 0; return cudaSuccess; }
+inline cudaError_t cudaMalloc(void** p, size_t n) { *p = std::calloc(1, n); return *p ? cudaSuccess : cudaErrorInvalidValue; }
+inline cudaError_t cudaFree(void* p) { std::free(p); return cudaSuccess; }
 inline cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind, cudaStream_t = nullptr) {
     std::memmove(d, s, n); return cudaSuccess;
 }
@@ -263,5 +271,6 @@ template <typename T> inline T atomicMax(T* p, T v) { T old = *p; *p = old < v ?
 template <typename T> inline T atomicMin(T* p, T v) { T old = *p; *p = v < old ? v : old; return old; }
 template <typename T> inline T atomicExch(T* p, T v) { T old = *p; *p = v; return old; }
 template <typename T> inline T atomicCAS(T* p, T cmp, T v) { T old = *p; if (old == cmp) *p = v; return old; }
+inline unsigned atomicInc(unsigned* p, unsigned v) { unsigned old = *p; *p = old >= v ? 0u : old + 1u; return old; }
 // cache-hinted loads (__ldcg: through L2 only) read memory as any load does here
 template <typename T> inline T __ldcg(const T* p) { return *p; }
