@@ -116,9 +116,11 @@ def test_a_configuration_compiles_as_its_own_extension():
 def test_a_value_the_kernel_refuses_fails_with_its_static_assert_in_one_line():
     with pytest.raises(build.BuildError) as err:
         build.load_extension("kl_div", defines=(("LOSSLAB_KL_DIV_VECTORIZED_THREADS", 100),))
+    lines = (build.KERNELS / "kl_div" / "vectorized.cu").read_text().splitlines()
+    line = next(i for i, text in enumerate(lines, 1) if "static_assert(THREADS" in text)
     assert "\n" not in str(err.value)
     assert str(err.value).endswith(
-        'kernels/kl_div/vectorized.cu:26: static assertion failed with '
+        f'kernels/kl_div/vectorized.cu:{line}: static assertion failed with '
         '"LOSSLAB_KL_DIV_VECTORIZED_THREADS: a multiple of 32 from 32 to 1024 (whole warps)"')
 
 
