@@ -280,9 +280,9 @@ def cmd_summary(args) -> int:
 def _sweep_summary(device: str | None, results_dir: Path) -> int:
     """``summary --sweep``: each problem's sweep table over the recorded devices (or ``device``)."""
     tables = []
+    recorded = [r for r in records.load_records(results_dir) if device is None or r.device == device]
     for name in problems.names():
-        found = [r.sections[name] for r in records.load_records(results_dir)
-                 if name in r.sections and (device is None or r.device == device)]
+        found = [r.sections[name] for r in recorded if name in r.sections]
         found = [s for s in found if any(r.direction == "forward_backward" for r in s.rows)]
         if found:
             tables.append(sweep_markdown(name, sorted(found, key=lambda s: s.device)))

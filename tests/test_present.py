@@ -403,8 +403,9 @@ def test_the_vectorized_step_the_prose_quotes_per_device_is_the_recorded_one(not
     text = " ".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
     quoted = re.search(r"×(\d\.\d)\s+on an H100, ×(\d\.\d) on an H200", text)
     assert quoted, f"{notebook} no longer quotes the warp_shuffle -> vectorized step per device"
+    recorded = records.devices()
     for device, value in zip(("NVIDIA H100 80GB HBM3", "NVIDIA H200"), quoted.groups(), strict=True):
-        if device not in records.devices():
+        if device not in recorded:
             continue
         found = evidence.step(records.latest_section(problem, device).view(), "warp_shuffle", "vectorized", direction)
         assert f"{found.speedup:.1f}" == value, f"{device}: prose says x{value}, the record x{found.speedup:.2f}"
