@@ -32,6 +32,7 @@ import time
 import torch
 
 import losslab
+import losslab.nn.functional as LF
 from losslab import build, ops, problems
 from losslab.problems import launch as launch_mod
 
@@ -155,6 +156,17 @@ def breakdown(calls: int) -> None:
         loss_fn = losslab.variant(problem, "vectorized")
         parts[f"{problem}: variant call (no grad)"] = lambda f=loss_fn, p=p, t=t: f(p, t)
         parts[f"{problem}: torch.ops operator"] = lambda r=rung_ops, p=p, t=t: r.forward(p, t)
+    # the drop-in functions (losslab.nn.functional) and PyTorch's own, no grad
+    logits, labels = problems.get("cross_entropy").make_inputs((128, 4096), seed=0)
+    log_p, q = problems.get("kl_div").make_inputs((128, 4096), seed=0)
+    log_p = log_p.log()
+    parts["nn.functional.cross_entropy (no grad)"] = lambda: LF.cross_entropy(logits, labels)
+    parts["F.cross_entropy, PyTorch (no grad)"] = lambda: torch.nn.functional.cross_entropy(logits, labels)
+    parts["nn.functional.kl_div batchmean (no grad)"] = lambda: LF.kl_div(log_p, q, reduction="batchmean")
+    parts["F.kl_div batchmean, PyTorch (no grad)"] = lambda: torch.nn.functional.kl_div(log_p, q,
+                                                                                       reduction="batchmean")
+    leaf = logits.clone().requires_grad_(True)
+    parts["nn.functional.cross_entropy (forward, grad)"] = lambda: LF.cross_entropy(leaf, labels)
     # a launch of the kl_div vectorized forward alone (memset + one kernel), its buffers allocated outside
     p, t = problems.get("kl_div").make_inputs((128, 4096), seed=0)
     scratch = torch.empty(4 + 128 + 4, device="cuda")  # kl_div.forward's layout: the loss, then the partials

@@ -190,7 +190,7 @@ cross_entropy_fused_options_forward_kernel(const T* __restrict__ logits, const i
 cudaError_t cross_entropy_fused_options_forward(const void* logits, const int64_t* targets, const void* probs,
                                                 const float* weight, float* denominators, float* row_losses,
                                                 float* /*row_max*/, float* /*row_log_sum*/, float* /*row_coef*/,
-                                                float* loss, void* grad_logits, int64_t N, int64_t C,
+                                                void* loss, void* grad_logits, int64_t N, int64_t C,
                                                 int64_t ignore_index, float label_smoothing, int reduction,
                                                 DType dtype, cudaStream_t stream) {
     // the gradient of reduction none needs the upstream gradient of each row: vectorized's backward
@@ -207,5 +207,5 @@ cudaError_t cross_entropy_fused_options_forward(const void* logits, const int64_
         return cudaGetLastError();
     });
     if (err != cudaSuccess) return err;
-    return cross_entropy_options_reduce(row_losses, denominators, loss, N, reduction, stream);
+    return cross_entropy_options_reduce(row_losses, denominators, loss, N, reduction, dtype, stream);
 }

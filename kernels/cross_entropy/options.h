@@ -40,7 +40,7 @@ typedef cudaError_t cross_entropy_options_forward_fn(
     float* row_max,               // (N,) for the backward (vectorized)
     float* row_log_sum,           // (N,) for the backward (vectorized)
     float* row_coef,              // (N,) A, for the backward (vectorized)
-    float* loss,                  // () float32: sum or mean (unwritten for none)
+    void* loss,                   // () of dtype: sum or mean (unwritten for none)
     void* grad_logits,            // (N, C) of dtype: fused writes dL/dx for grad_loss = 1; null otherwise
     int64_t N, int64_t C, int64_t ignore_index, float label_smoothing, int reduction, DType dtype,
     cudaStream_t stream);

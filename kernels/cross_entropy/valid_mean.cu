@@ -24,6 +24,7 @@ cross_entropy_valid_mean_kernel(const int64_t* __restrict__ targets,   // (N,)
     if (threadIdx.x == 0) {
         counts[0] = valid;
         counts[1] = out_of_range;
+        counts[2] = counts[3] = 0;  // unused here: written, so that every call's stats are alike
         write_mean(sum, valid, out_of_range, loss);
     }
 }

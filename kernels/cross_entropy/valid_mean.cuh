@@ -43,6 +43,7 @@ __device__ __forceinline__ void finish_mean(float block_loss, float* block_losse
         if (counters != counts) {
             counts[0] = valid;
             counts[1] = out_of_range;
+            counts[2] = counts[3] = 0;  // the ticket's words, unused in counts: written, as while capturing
             counters[0] = counters[1] = 0;
         }
         write_mean(sum, valid, out_of_range, loss);

@@ -243,7 +243,7 @@ cross_entropy_options_backward_kernel(const T* __restrict__ logits, const int64_
 cudaError_t cross_entropy_vectorized_options_forward(const void* logits, const int64_t* targets, const void* probs,
                                                      const float* weight, float* denominators,
                                                      float* row_losses, float* row_max, float* row_log_sum,
-                                                     float* row_coef, float* loss, void* /*grad_logits*/,
+                                                     float* row_coef, void* loss, void* /*grad_logits*/,
                                                      int64_t N, int64_t C, int64_t ignore_index,
                                                      float label_smoothing, int reduction, DType dtype,
                                                      cudaStream_t stream) {
@@ -259,7 +259,7 @@ cudaError_t cross_entropy_vectorized_options_forward(const void* logits, const i
         return cudaGetLastError();
     });
     if (err != cudaSuccess) return err;
-    return cross_entropy_options_reduce(row_losses, denominators, loss, N, reduction, stream);
+    return cross_entropy_options_reduce(row_losses, denominators, loss, N, reduction, dtype, stream);
 }
 
 cudaError_t cross_entropy_vectorized_options_backward(const void* logits, const int64_t* targets, const void* probs,

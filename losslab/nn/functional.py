@@ -6,7 +6,8 @@
 
 Same signatures, semantics and kinds of error as PyTorch's (checked against it in
 ``tests/test_nn.py``), through the ``torch.library`` operators of :mod:`losslab.nn.operators`
-(compile- and graph-capturable; no host synchronisation). Which kernels run:
+when traced (compile- and graph-capturable; no host synchronisation), and through the same
+kernels without the dispatcher in eager mode, where host time is the cost of a small loss. Which kernels run:
 
 =====================================  =============================================
 a gradient will be needed, reduction   ``fused``: one pass writes the loss and the
@@ -67,15 +68,14 @@ def _require_input(name: str, value, function: str) -> torch.Tensor:
 
 
 def _require_cuda(**tensors: torch.Tensor | None) -> None:
-    devices = []
-    for name, tensor in tensors.items():
-        if tensor is None:
-            continue
-        if tensor.device.type != "cuda":
+    present = [(name, tensor) for name, tensor in tensors.items() if tensor is not None]
+    for name, tensor in present:
+        if not tensor.is_cuda:  # is_cuda, not device.type: a fraction of the host time
             raise ValueError(f"{name}: losslab's kernels need a CUDA tensor, got a tensor on {tensor.device}")
-        devices.append(tensor.device)
-    if any(d != devices[0] for d in devices[1:]):
-        raise RuntimeError(f"Expected all tensors to be on the same device, got {', '.join(map(str, devices))}")
+    device = present[0][1].device
+    if any(tensor.device != device for _, tensor in present[1:]):
+        raise RuntimeError("Expected all tensors to be on the same device, got "
+                           + ", ".join(str(tensor.device) for _, tensor in present))
 
 
 def _require_no_target_grad(target: torch.Tensor) -> None:
@@ -109,16 +109,19 @@ def kl_div(input: torch.Tensor, target: torch.Tensor, size_average=None, reduce=
         raise RuntimeError("kl_div: Integral inputs not supported.")
     _require_input("input", input, "kl_div")
     _require_no_target_grad(target)
-    shape = torch.broadcast_shapes(input.shape, target.shape)
+    # broadcast_shapes costs more host time than a whole small launch: equal shapes skip it
+    shape = input.shape if input.shape == target.shape else torch.broadcast_shapes(input.shape, target.shape)
     _require_cuda(input=input, target=target)
-    if tuple(input.shape) != tuple(shape):
+    if input.shape != shape:
         input = input.expand(shape)
-    target = target.to(input.dtype).expand(shape).contiguous()
-    input = input.contiguous()
-    code = kl_host.REDUCTIONS[reduction]
-    if PREFER_FUSED and reduction != "none" and torch.is_grad_enabled() and input.requires_grad:
-        return operators.kl_forward_grad(input, target, code, bool(log_target))[0]
-    return operators.kl_forward(input, target, code, bool(log_target))
+    if target.dtype != input.dtype:  # .to() costs host time even when it changes nothing
+        target = target.to(input.dtype)
+    if target.shape != shape:  # an expand is a view: host time, even when it changes nothing
+        target = target.expand(shape)
+    target, input = target.contiguous(), input.contiguous()
+    needs_grad = torch.is_grad_enabled() and input.requires_grad
+    fused = PREFER_FUSED and reduction != "none" and needs_grad
+    return operators.kl_div(fused, needs_grad, input, target, kl_host.REDUCTIONS[reduction], bool(log_target))
 
 
 def _ce_shapes(input: torch.Tensor, target: torch.Tensor, probs: bool) -> None:
@@ -136,6 +139,8 @@ def _ce_shapes(input: torch.Tensor, target: torch.Tensor, probs: bool) -> None:
         return
     if input.dim() == 2 and target.dim() != 1:
         raise RuntimeError("0D or 1D target tensor expected, multi-target not supported")
+    if input.dim() == 2 and target.shape[0] == input.shape[0]:
+        return  # (N, C) and (N,): the common case, without building the expected shape
     if target.shape[:1] != input.shape[:1]:
         raise ValueError(f"Expected input batch_size ({input.shape[0]}) to match target batch_size "
                          f"({target.shape[0] if target.dim() else 1}).")
@@ -209,22 +214,21 @@ def _cross_entropy_2d(input, target, weight, probs, ignore_index, reduction, lab
         input, target = input.unsqueeze(0), target.unsqueeze(0)
     out_shape = (input.shape[0], *input.shape[2:])
     classes = input.shape[1]
-    if input.dim() > 2:
-        input = input.movedim(1, -1)
-        if probs:
-            target = target.movedim(1, -1)
-    logits = input.reshape(-1, classes).contiguous()
-    if probs:
-        target = target.to(logits.dtype).reshape(-1, classes).contiguous()
-    else:
-        target = target.reshape(-1).to(torch.int64).contiguous()
-    w = None if weight is None else weight.detach().to(torch.float32).contiguous()
+    if input.dim() > 2:  # (N, C, d1, ...) -> (N * d1 * ..., C); (N, C) as it is (a view costs host time)
+        input = input.movedim(1, -1).reshape(-1, classes)
+        target = target.movedim(1, -1).reshape(-1, classes) if probs else target.reshape(-1)
+    logits = input.contiguous()
+    wanted = logits.dtype if probs else torch.int64
+    if target.dtype != wanted:  # .to() costs host time even when it changes nothing
+        target = target.to(wanted)
+    target = target.contiguous()
+    w = None
+    if weight is not None:
+        w = (weight.detach() if weight.requires_grad else weight).to(torch.float32).contiguous()
     code = ce_host.REDUCTIONS[reduction]
     args = (logits, None if probs else target, target if probs else None, w, ignore_index, label_smoothing, code)
-    if PREFER_FUSED and reduction != "none" and torch.is_grad_enabled() and logits.requires_grad:
-        loss = operators.ce_forward_grad(*args)[0]
-    else:
-        loss = operators.ce_forward(*args)[0]
+    needs_grad = torch.is_grad_enabled() and logits.requires_grad
+    loss = operators.cross_entropy(PREFER_FUSED and reduction != "none" and needs_grad, needs_grad, *args)
     if reduction != "none":
         return loss
     return loss.reshape(() if unbatched else out_shape)

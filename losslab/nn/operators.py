@@ -90,8 +90,14 @@ def _ce_forward_fake(input, target, probs, weight, ignore_index, label_smoothing
 
 def _ce_forward_grad_kernel(input, target, probs, weight, ignore_index, label_smoothing, reduction):
     loss, _, grad = ce_host.options_forward(_ext("cross_entropy"), "fused", input, target, probs, weight,
-                                            ignore_index, label_smoothing, reduction, True)
+                                            ignore_index, label_smoothing, reduction, True, keep_state=False)
     return loss, grad
+
+
+def _ce_infer(input, target, probs, weight, ignore_index, label_smoothing, reduction):
+    """The loss alone (no autograd, no state kept)."""
+    return ce_host.options_forward(_ext("cross_entropy"), "vectorized", input, target, probs, weight, ignore_index,
+                                   label_smoothing, reduction, False, keep_state=False)[0]
 
 
 def _ce_forward_grad_fake(input, target, probs, weight, ignore_index, label_smoothing, reduction):
@@ -213,3 +219,82 @@ def _kl_backward_scale(ctx, grad_loss, _unused):
 
 torch.library.register_autograd(kl_forward, _kl_backward, setup_context=_kl_setup, lib=_LIBRARY)
 torch.library.register_autograd(kl_forward_grad, _kl_backward_scale, setup_context=_kl_setup_grad, lib=_LIBRARY)
+
+
+# --- eager mode: the same kernels, without the dispatcher -----------------------------------------
+# Through torch.ops, each call goes from the dispatcher back into Python (the kernel, then
+# register_autograd's wrapper): about 10 us of host time a forward on an H100 machine
+# (scripts/host_overhead.py), where a whole small forward takes about 15. Not traced,
+# losslab.nn.functional calls the kernels through these instead, as losslab.ops does.
+
+class EagerCrossEntropy(torch.autograd.Function):
+    """The cross-entropy operators' kernels with autograd by hand: ``fused`` writes the
+    gradient in the forward (the backward scales it), else vectorized's forward and backward."""
+
+    @staticmethod
+    def forward(ctx, fused, input, target, probs, weight, ignore_index, label_smoothing, reduction):
+        ctx.fused, ctx.scaled = fused, False
+        if fused:
+            loss, grad = _ce_forward_grad_kernel(input, target, probs, weight, ignore_index, label_smoothing,
+                                                 reduction)
+            ctx.save_for_backward(grad)
+            return loss
+        loss, *state = _ce_forward_kernel(input, target, probs, weight, ignore_index, label_smoothing, reduction)
+        ctx.save_for_backward(input, target, probs, weight, *state)
+        ctx.options = (ignore_index, label_smoothing, reduction)
+        return loss
+
+    @staticmethod
+    def backward(ctx, grad_loss):
+        if ctx.fused:
+            (grad,) = ctx.saved_tensors
+            grad = _scale_grad(ctx, "cross_entropy", grad, grad_loss)
+        else:
+            input, target, probs, weight, *state = ctx.saved_tensors
+            grad = _ce_backward_kernel(input, target, probs, weight, *state, grad_loss, *ctx.options)
+        return None, grad, None, None, None, None, None, None
+
+
+class EagerKLDiv(torch.autograd.Function):
+    """The KL operators' kernels with autograd by hand (as :class:`EagerCrossEntropy`)."""
+
+    @staticmethod
+    def forward(ctx, fused, input, target, reduction, log_target):
+        ctx.fused, ctx.scaled = fused, False
+        if fused:
+            loss, grad = _kl_forward_grad_kernel(input, target, reduction, log_target)
+            ctx.save_for_backward(grad)
+            return loss
+        ctx.save_for_backward(target)
+        ctx.options = (reduction, log_target)
+        return _kl_forward_kernel(input, target, reduction, log_target)
+
+    @staticmethod
+    def backward(ctx, grad_loss):
+        if ctx.fused:
+            (grad,) = ctx.saved_tensors
+            grad = _scale_grad(ctx, "kl_div", grad, grad_loss)
+        else:
+            (target,) = ctx.saved_tensors
+            grad = _kl_backward_kernel(target, grad_loss, *ctx.options)
+        return None, grad, None, None, None
+
+
+def cross_entropy(fused: bool, needs_grad: bool, *args) -> torch.Tensor:
+    """The loss of ``ce_forward``'s arguments ``args``: through the operators when traced
+    (``fused``: ``ce_forward_grad``), through their kernels in eager mode (autograd by
+    :class:`EagerCrossEntropy` when ``needs_grad``)."""
+    if torch.compiler.is_compiling():
+        return (ce_forward_grad if fused else ce_forward)(*args)[0]
+    if needs_grad:
+        return EagerCrossEntropy.apply(fused, *args)
+    return _ce_infer(*args)
+
+
+def kl_div(fused: bool, needs_grad: bool, *args) -> torch.Tensor:
+    """The loss of ``kl_forward``'s arguments, as :func:`cross_entropy`."""
+    if torch.compiler.is_compiling():
+        return kl_forward_grad(*args)[0] if fused else kl_forward(*args)
+    if needs_grad:
+        return EagerKLDiv.apply(fused, *args)
+    return _kl_forward_kernel(*args)

@@ -332,7 +332,8 @@ def options_empty_state(logits: torch.Tensor) -> tuple[torch.Tensor, ...]:
 
 def options_forward(ext, rung: str, logits: torch.Tensor, targets: torch.Tensor | None, probs: torch.Tensor | None,
                     weight: torch.Tensor | None, ignore_index: int, label_smoothing: float, reduction: int,
-                    write_grad: bool) -> tuple[torch.Tensor, tuple[torch.Tensor, ...], torch.Tensor | None]:
+                    write_grad: bool, keep_state: bool = True,
+                    ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...], torch.Tensor | None]:
     """Run ``rung``'s options forward (kernels/cross_entropy/options.h) on checked inputs.
 
     Args:
@@ -342,20 +343,33 @@ def options_forward(ext, rung: str, logits: torch.Tensor, targets: torch.Tensor 
         weight: (C,) float32 contiguous, or None.
         reduction: a REDUCTIONS code; write_grad: fused writes dL/dlogits for grad_loss = 1
             (reduction sum or mean only).
+        keep_state: return the backward's state; False writes it to the stream's scratch
+            (nothing allocated for it) and returns ``()``.
     Returns the loss in the logits' dtype ((N,) for none, else 0-d), the backward's state
     (OPTIONS_STATE_NAMES; unwritten rows when the gradient was written) and the gradient or None.
     Never waits for the GPU: a class index outside [0, C) that is not ignore_index makes its row NaN.
     """
     rows, cols = logits.shape
     device = logits.device
-    row_losses = torch.empty(rows, device=device, dtype=torch.float32)
-    state = options_empty_state(logits)
-    loss = torch.empty((), device=device, dtype=torch.float32)
+    none = reduction == REDUCTIONS["none"]
+    # What no one reads after this call comes from the stream's scratch: the row losses (unless
+    # they are the result) and an unkept state; each (N,) array starts 16-byte aligned.
+    stride = (rows + 3) // 4 * 4
+    words = (0 if none else stride) + (0 if keep_state else 3 * stride + 4)
+    base, _keep = scratch(device, 4 * words) if words else (0, None)
+    row_losses = torch.empty(rows, device=device, dtype=torch.float32) if none else base
+    if keep_state:
+        state = options_empty_state(logits)
+        buffers = state
+    else:
+        state = ()
+        first = base + 4 * (0 if none else stride)
+        buffers = tuple(first + 4 * i * stride for i in range(4))  # row_max, row_log_sum, row_coef, denominators
+    loss = None if none else logits.new_empty(())  # written in the logits' dtype
     grad = torch.empty_like(logits) if write_grad else None
-    launch(getattr(ext, f"{rung}_options_forward"), device, logits, targets, probs, weight, state[3], row_losses,
-           *state[:3], loss, grad, rows, cols, ignore_index, float(label_smoothing), reduction, logits.dtype)
-    out = row_losses if reduction == REDUCTIONS["none"] else loss
-    return out.to(logits.dtype), state, grad
+    launch(getattr(ext, f"{rung}_options_forward"), device, logits, targets, probs, weight, buffers[3], row_losses,
+           *buffers[:3], loss, grad, rows, cols, ignore_index, float(label_smoothing), reduction, logits.dtype)
+    return (row_losses.to(logits.dtype) if none else loss), state, grad
 
 
 def options_backward(ext, logits: torch.Tensor, targets: torch.Tensor | None, probs: torch.Tensor | None,

@@ -228,7 +228,7 @@ def options_forward(ext, rung: str, inputs: torch.Tensor, targets: torch.Tensor,
     """
     device, n = inputs.device, inputs.numel()
     none = reduction == REDUCTIONS["none"]
-    partials = torch.empty(MAX_PARTIALS + 4, device=device, dtype=torch.float32)
+    partials, _keep = scratch(device, 4 * (MAX_PARTIALS + 4))  # the stream's: no one reads them after
     loss = torch.empty((), device=device, dtype=inputs.dtype)
     terms = torch.empty_like(inputs) if none else None
     grad = torch.empty_like(inputs) if write_grad else None
