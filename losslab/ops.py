@@ -12,7 +12,7 @@ through a loss and CUDA graphs capture it (no operator waits for the host):
 ``losslab::<problem>_<rung>_forward(Tensor predictions, Tensor targets) -> (loss, *state)``
     the loss (0-d, the predictions' dtype) and what the backward needs besides the inputs
     (the problem's ``empty_state``: nothing for kl_div; for cross_entropy ``stats``, one
-    float32 tensor holding the target counts, the row losses and each row's max and log-sum). A rung that
+    float32 tensor holding the target counts and each row's max and log-sum). A rung that
     writes its gradient in the forward runs its inference rung's kernels here.
 ``losslab::<problem>_<rung>_backward(Tensor predictions, Tensor targets, *state, Tensor grad_loss) -> Tensor``
     dloss/dpredictions, a fresh tensor.

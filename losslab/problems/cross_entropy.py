@@ -218,13 +218,13 @@ STATE_NAMES = ("stats",)  # empty_state's, in order
 
 def empty_state(predictions: torch.Tensor) -> tuple[torch.Tensor]:
     """What a forward writes for its backward besides the inputs, unwritten: ``stats``,
-    (8 + 3N,) float32 on the logits' device. From byte 0: counts, (4,) int64 (n_valid, the
-    number of targets out of range, then the launcher's scratch); row_losses (scratch,
-    16-byte aligned), row_max and row_log_sum, (N,) float32 each. One tensor, not four: at
-    small sizes each ``torch.empty`` is a sizeable part of a call's host time. Every element
-    the backward reads is written by a forward (an operator's outputs must be the same each
-    time it runs: opcheck compares them)."""
-    return (torch.empty(8 + 3 * predictions.shape[0], device=predictions.device, dtype=torch.float32),)
+    (8 + 2N,) float32 on the logits' device. From byte 0: counts, (4,) int64 (n_valid, the
+    number of targets out of range, then two words the forward zeroes); row_max and
+    row_log_sum, (N,) float32 each. One tensor, not three: at small sizes each ``torch.empty``
+    is a sizeable part of a call's host time. Every element is written by every forward (an
+    operator's outputs must be the same each time it runs: opcheck compares them); the row
+    losses, which some rungs write and none reads after the call, are the stream's scratch."""
+    return (torch.empty(8 + 2 * predictions.shape[0], device=predictions.device, dtype=torch.float32),)
 
 
 def forward(launcher: Callable[..., None], write_grad: bool, predictions: torch.Tensor, targets: torch.Tensor,
@@ -254,14 +254,19 @@ def forward(launcher: Callable[..., None], write_grad: bool, predictions: torch.
     direct = out is not None and out.dtype is dtype
     loss = out if direct else predictions.new_empty(())
     grad = gradient_buffer(predictions, grad_out) if write_grad else None
-    _keep = stats = None
+    # the row losses (16-byte aligned), then stats' layout where no one reads it after the call:
+    # the stream's scratch, no allocation
+    aligned = 16 * ((rows + 3) // 4)
+    stats = None
     if state and not write_grad:  # the backward reads stats: an output of its own
         (stats,) = empty_state(predictions)
+        row_losses, _keep = scratch(device, aligned)
         base = stats.data_ptr()
-    else:  # no one reads stats' layout after the call: the stream's scratch, no allocation
-        base, _keep = scratch(device, 32 + 12 * rows)
-    launch_values(launcher, device, predictions.data_ptr(), targets.data_ptr(), base, base + 32, base + 32 + 4 * rows,
-                  base + 32 + 8 * rows, loss.data_ptr(), 0 if grad is None else grad.data_ptr(), rows, cols,
+    else:
+        row_losses, _keep = scratch(device, aligned + 32 + 8 * rows)
+        base = row_losses + aligned
+    launch_values(launcher, device, predictions.data_ptr(), targets.data_ptr(), base, row_losses, base + 32,
+                  base + 32 + 4 * rows, loss.data_ptr(), 0 if grad is None else grad.data_ptr(), rows, cols,
                   DTYPE_CODES[dtype])
     saved = (predictions, targets, stats) if grad is None else (grad,)
     if out is not None and not direct:
@@ -286,8 +291,8 @@ def backward(launcher: Callable[..., None], grad_in_forward: bool, saved: Sequen
         predictions, targets, stats = saved
         grad = gradient_buffer(predictions, out)
         base, rows = stats.data_ptr(), predictions.shape[0]
-        x, t, counts, row_max, row_log_sum = (predictions.data_ptr(), targets.data_ptr(), base, base + 32 + 4 * rows,
-                                              base + 32 + 8 * rows)
+        x, t, counts, row_max, row_log_sum = (predictions.data_ptr(), targets.data_ptr(), base, base + 32,
+                                              base + 32 + 4 * rows)
     if grad_loss.dtype is not grad.dtype or not grad_loss.is_cuda:
         grad_loss = grad_loss.to(device=grad.device, dtype=grad.dtype)
     rows, cols = grad.shape
