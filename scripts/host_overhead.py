@@ -34,6 +34,7 @@ import torch
 import losslab
 import losslab.nn.functional as LF
 from losslab import build, ops, problems
+from losslab.measure.timing import single_call_host_us
 from losslab.problems import launch as launch_mod
 
 SHAPES = ((128, 4096), (2048, 4096))
@@ -48,18 +49,6 @@ def host_us(fn, calls: int) -> float:
     elapsed = time.perf_counter_ns() - start
     torch.cuda.synchronize()
     return elapsed / calls / 1e3
-
-
-def single_call_host_us(fn, calls: int) -> float:
-    """The median host time of one call, each after a synchronisation (the launch queue empty)."""
-    times = []
-    for _ in range(calls):
-        torch.cuda.synchronize()
-        start = time.perf_counter_ns()
-        fn()
-        times.append((time.perf_counter_ns() - start) / 1e3)
-    torch.cuda.synchronize()
-    return statistics.median(times)
 
 
 def back_to_back_us(fn, calls: int) -> float:
@@ -167,7 +156,7 @@ def breakdown(calls: int) -> None:
                                                                                        reduction="batchmean")
     leaf = logits.clone().requires_grad_(True)
     parts["nn.functional.cross_entropy (forward, grad)"] = lambda: LF.cross_entropy(leaf, labels)
-    # a launch of the kl_div vectorized forward alone (memset + one kernel), its buffers allocated outside
+    # a launch of the kl_div vectorized forward alone (one kernel), its buffers allocated outside
     p, t = problems.get("kl_div").make_inputs((128, 4096), seed=0)
     scratch = torch.empty(4 + 128 + 4, device="cuda")  # kl_div.forward's layout: the loss, then the partials
     kl_ext = build.load_extension("kl_div")

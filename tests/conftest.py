@@ -131,22 +131,11 @@ def _quiet_host_us(fn, rounds: int = 10, calls: int = 50) -> float:
     as ours (``torch.empty(())`` 3.5-7.3 us, ``F.cross_entropy`` 15-23 us in one H100 process,
     scripts/host_overhead.py), so the quietest round is the one compared with the bound.
     """
-    import statistics
-    import time
+    from losslab.measure.timing import single_call_host_us
 
     for _ in range(20):
         fn()
-    medians = []
-    for _ in range(rounds):
-        times = []
-        for _ in range(calls):
-            torch.cuda.synchronize()
-            start = time.perf_counter_ns()
-            fn()
-            times.append((time.perf_counter_ns() - start) / 1e3)
-        medians.append(statistics.median(times))
-    torch.cuda.synchronize()
-    return min(medians)
+    return min(single_call_host_us(fn, calls) for _ in range(rounds))
 
 
 @pytest.fixture

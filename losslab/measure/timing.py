@@ -127,6 +127,20 @@ def time_cuda(fn: Callable, repeats: int = 20, warmup_ms: float = 50.0, flush: t
                   together, statistics.median(host))
 
 
+def single_call_host_us(fn: Callable[[], object], calls: int) -> float:
+    """Host time of one ``fn()`` in microseconds: the median of ``calls`` single calls, each timed
+    on the host alone after a synchronisation (the launch queue empty, so no kernel makes the
+    host wait)."""
+    times = []
+    for _ in range(calls):
+        torch.cuda.synchronize()
+        start = time.perf_counter_ns()
+        fn()
+        times.append((time.perf_counter_ns() - start) / 1e3)
+    torch.cuda.synchronize()
+    return statistics.median(times)
+
+
 def peak_extra_memory(fn: Callable, setup: Callable[[], object] | None = None) -> int:
     """Bytes allocated by ``fn`` at its peak above what was allocated before it (outputs
     included; what ``setup()`` allocates is not counted; its result is passed to ``fn``)."""

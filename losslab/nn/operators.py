@@ -227,13 +227,29 @@ torch.library.register_autograd(kl_forward_grad, _kl_backward_scale, setup_conte
 # (scripts/host_overhead.py), where a whole small forward takes about 15. Not traced,
 # losslab.nn.functional calls the kernels through these instead, as losslab.ops does.
 
-class EagerCrossEntropy(torch.autograd.Function):
+class _EagerLoss(torch.autograd.Function):
+    """The backward both eager losses share. Their forward takes ``(fused, input, *rest)`` and
+    sets ``ctx.problem`` and ``ctx.fused``; unfused, also ``ctx.backward_kernel`` and
+    ``ctx.options``, so that the gradient is ``backward_kernel(*saved, grad_loss, *options)``.
+    Fused, it saves the gradient it wrote, which the backward scales."""
+
+    @staticmethod
+    def backward(ctx, grad_loss):
+        if ctx.fused:
+            (grad,) = ctx.saved_tensors
+            grad = _scale_grad(ctx, ctx.problem, grad, grad_loss)
+        else:
+            grad = ctx.backward_kernel(*ctx.saved_tensors, grad_loss, *ctx.options)
+        return (None, grad) + (None,) * ctx.num_rest
+
+
+class EagerCrossEntropy(_EagerLoss):
     """The cross-entropy operators' kernels with autograd by hand: ``fused`` writes the
     gradient in the forward (the backward scales it), else vectorized's forward and backward."""
 
     @staticmethod
     def forward(ctx, fused, input, target, probs, weight, ignore_index, label_smoothing, reduction):
-        ctx.fused, ctx.scaled = fused, False
+        ctx.problem, ctx.fused, ctx.scaled, ctx.num_rest = "cross_entropy", fused, False, 6
         if fused:
             loss, grad = _ce_forward_grad_kernel(input, target, probs, weight, ignore_index, label_smoothing,
                                                  reduction)
@@ -241,43 +257,23 @@ class EagerCrossEntropy(torch.autograd.Function):
             return loss
         loss, *state = _ce_forward_kernel(input, target, probs, weight, ignore_index, label_smoothing, reduction)
         ctx.save_for_backward(input, target, probs, weight, *state)
-        ctx.options = (ignore_index, label_smoothing, reduction)
+        ctx.backward_kernel, ctx.options = _ce_backward_kernel, (ignore_index, label_smoothing, reduction)
         return loss
 
-    @staticmethod
-    def backward(ctx, grad_loss):
-        if ctx.fused:
-            (grad,) = ctx.saved_tensors
-            grad = _scale_grad(ctx, "cross_entropy", grad, grad_loss)
-        else:
-            input, target, probs, weight, *state = ctx.saved_tensors
-            grad = _ce_backward_kernel(input, target, probs, weight, *state, grad_loss, *ctx.options)
-        return None, grad, None, None, None, None, None, None
 
-
-class EagerKLDiv(torch.autograd.Function):
+class EagerKLDiv(_EagerLoss):
     """The KL operators' kernels with autograd by hand (as :class:`EagerCrossEntropy`)."""
 
     @staticmethod
     def forward(ctx, fused, input, target, reduction, log_target):
-        ctx.fused, ctx.scaled = fused, False
+        ctx.problem, ctx.fused, ctx.scaled, ctx.num_rest = "kl_div", fused, False, 3
         if fused:
             loss, grad = _kl_forward_grad_kernel(input, target, reduction, log_target)
             ctx.save_for_backward(grad)
             return loss
         ctx.save_for_backward(target)
-        ctx.options = (reduction, log_target)
+        ctx.backward_kernel, ctx.options = _kl_backward_kernel, (reduction, log_target)
         return _kl_forward_kernel(input, target, reduction, log_target)
-
-    @staticmethod
-    def backward(ctx, grad_loss):
-        if ctx.fused:
-            (grad,) = ctx.saved_tensors
-            grad = _scale_grad(ctx, "kl_div", grad, grad_loss)
-        else:
-            (target,) = ctx.saved_tensors
-            grad = _kl_backward_kernel(target, grad_loss, *ctx.options)
-        return None, grad, None, None, None
 
 
 def cross_entropy(fused: bool, needs_grad: bool, *args) -> torch.Tensor:
