@@ -142,3 +142,24 @@ def _quiet_host_us(fn, rounds: int = 10, calls: int = 50) -> float:
 def quiet_host_us():
     """:func:`_quiet_host_us`: a call's host time in us on a GPU machine whose host time drifts."""
     return _quiet_host_us
+
+
+def _gpu_activity(fn) -> tuple[list[str], int]:
+    """(names of the kernels ``fn`` ran on the GPU, number of memsets), from torch.profiler,
+    after one call outside the profile (builds, allocator)."""
+    from torch.profiler import DeviceType, ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    names = [e.name for e in prof.events() if e.device_type == DeviceType.CUDA]
+    memsets = [n for n in names if n.lower().startswith("memset")]
+    return [n for n in names if n not in memsets], len(memsets)
+
+
+@pytest.fixture
+def gpu_activity():
+    """:func:`_gpu_activity`: the kernels and memsets one call runs."""
+    return _gpu_activity

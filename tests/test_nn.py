@@ -432,6 +432,32 @@ def test_eager_calls_reach_the_kernels_without_the_dispatcher(monkeypatch, dtype
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_drop_in_forwards_launch_one_kernel_per_stage(dtype, gpu_activity):
+    """Host time is the cost of a small loss, and each launch costs some: without weights an
+    inference forward is one kernel (each block counts the rows the mean divides by, the last
+    block writes the loss), no memset and no conversion; weights add a prepare stage (the
+    smoothed loss needs their sum before the rows), and so does the fused forward (its
+    gradient needs the mean's denominator before the rows). The kernels read float32 weights:
+    16-bit ones (PyTorch's weight has the input's dtype) are converted first, one kernel more."""
+    x, t, w, options = _ce_inputs("indices, weight, smoothing, ignore_index 7", dtype)
+    probs = x.float().softmax(-1).to(dtype)
+    log_p = x.float().log_softmax(-1).to(dtype)
+    leaf = x.clone().requires_grad_(True)
+    calls = {
+        "cross_entropy": (lambda: LF.cross_entropy(x, t, **options), 1),
+        "cross_entropy, probabilities": (lambda: LF.cross_entropy(x, probs, label_smoothing=0.1), 1),
+        "cross_entropy, weight": (lambda: LF.cross_entropy(x, t, weight=w, **options),
+                                  2 if dtype == torch.float32 else 3),
+        "cross_entropy, fused forward": (lambda: LF.cross_entropy(leaf, t, **options), 2),
+        "kl_div": (lambda: LF.kl_div(log_p, probs, reduction="batchmean"), 1),
+    }
+    for name, (call, expected) in calls.items():
+        kernels, memsets = gpu_activity(call)
+        assert (len(kernels), memsets) == (expected, 0), (name, kernels, memsets)
+
+
+@pytest.mark.gpu
 def test_the_host_returns_before_the_kernels_end():
     x, t, w, options = _ce_inputs("indices, weight, smoothing, ignore_index 7", torch.float32)
     x.requires_grad_(True)

@@ -268,24 +268,10 @@ USED = [(p, v) for p, v in PAIRS if len(problems.get(p).dtypes(v)) > 1]  # the r
 FORWARD_GRAD_KERNELS = {"kl_div": 1, "cross_entropy": 2}
 
 
-def gpu_activity(fn) -> tuple[list[str], int]:
-    """(names of the kernels ``fn`` ran on the GPU, number of memsets), from torch.profiler."""
-    from torch.profiler import DeviceType, ProfilerActivity, profile
-
-    fn()  # builds, allocator
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    names = [e.name for e in prof.events() if e.device_type == DeviceType.CUDA]
-    memsets = [n for n in names if n.lower().startswith("memset")]
-    return [n for n in names if n not in memsets], len(memsets)
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("problem, variant", USED)
 @pytest.mark.parametrize("dtype", HALF_AND_FLOAT)
-def test_inference_forward_is_one_kernel_in_the_inputs_dtype(problem, variant, dtype):
+def test_inference_forward_is_one_kernel_in_the_inputs_dtype(problem, variant, dtype, gpu_activity):
     """A forward without autograd: one kernel, no memset (its ticket and counters are the
     stream's, left zero by each call), no conversion kernel, and the loss in the inputs' dtype."""
     predictions, targets = cuda_inputs(problem, shape=(128, 4096), dtype=dtype)
@@ -301,7 +287,7 @@ def test_inference_forward_is_one_kernel_in_the_inputs_dtype(problem, variant, d
 @pytest.mark.gpu
 @pytest.mark.parametrize("problem, variant", USED)
 @pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16))
-def test_training_forward_and_backward_launch_no_conversion(problem, variant, dtype):
+def test_training_forward_and_backward_launch_no_conversion(problem, variant, dtype, gpu_activity):
     """The operators' forward (with its state for a backward) and the backward: no kernel besides
     the rung's own (a 16-bit loss or grad_loss is never converted on the host)."""
     predictions, targets = cuda_inputs(problem, shape=(128, 4096), dtype=dtype)

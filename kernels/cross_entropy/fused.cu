@@ -160,13 +160,16 @@ cudaError_t cross_entropy_fused_backward(const void* /*logits*/, const int64_t* 
 // --- PyTorch's options (options.h), reductions sum and mean: one block per row
 // computes the row's statistics, then writes its gradient for grad_loss = 1,
 // re-reading the row (16 KiB at C = 4096 fp32: from L1/L2, not DRAM, while it is
-// recent) rather than holding it in registers as the kernel above does.
+// recent) rather than holding it in registers as the kernel above does. The
+// gradient's scale needs the mean's denominator first: a prepare stage runs before.
 template <typename T>
 __global__ void __launch_bounds__(THREADS)
 cross_entropy_fused_options_forward_kernel(const T* __restrict__ logits, const int64_t* __restrict__ targets,
                                            const T* __restrict__ probs, RowOptions o,
                                            const float* __restrict__ denominators,  // (2,)
-                                           float* __restrict__ row_losses,          // (N,)
+                                           float* __restrict__ partials,            // (N,) each row's loss
+                                           unsigned int* __restrict__ ticket,       // () zero before and after
+                                           T* __restrict__ loss,                    // ()
                                            T* __restrict__ grad_logits,             // (N, C)
                                            int reduction) {
     const int64_t row = blockIdx.x, C = o.C;
@@ -181,31 +184,34 @@ cross_entropy_fused_options_forward_kernel(const T* __restrict__ logits, const i
     acc.ax = block_reduce_sum(acc.ax);
     const float log_sum = logf(acc.lse.sum);
     const RowResult r = row_result(x, target, o, acc, log_sum, denominators[1]);
-    if (threadIdx.x == 0) row_losses[row] = r.loss;
-    const float scale = options_row_scale(target, o, reduction == CE_MEAN ? 1.0f / denominators[0] : 1.0f);
+    const float mean = reduction == CE_MEAN ? denominators[0] : 1.0f;  // 0 when every row is ignored: NaN
+    const float scale = options_row_scale(target, o, 1.0f / mean);
     write_row_grad(x, q, grad_logits + row * C, target, o, acc.lse.max, log_sum, r.coef, scale,
                    int(threadIdx.x), THREADS);
+    finish_sum(r.loss, partials, ticket, mean, loss);
 }
 
 cudaError_t cross_entropy_fused_options_forward(const void* logits, const int64_t* targets, const void* probs,
-                                                const float* weight, float* denominators, float* row_losses,
+                                                const float* weight, float* denominators, float* /*row_losses*/,
                                                 float* /*row_max*/, float* /*row_log_sum*/, float* /*row_coef*/,
-                                                void* loss, void* grad_logits, int64_t N, int64_t C,
-                                                int64_t ignore_index, float label_smoothing, int reduction,
-                                                DType dtype, cudaStream_t stream) {
+                                                float* workspace, void* loss, void* grad_logits, int64_t N,
+                                                int64_t C, int64_t ignore_index, float label_smoothing,
+                                                int reduction, DType dtype, cudaStream_t stream) {
     // the gradient of reduction none needs the upstream gradient of each row: vectorized's backward
-    if (grad_logits == nullptr || reduction == CE_NONE || (targets == nullptr) == (probs == nullptr))
+    if (grad_logits == nullptr || loss == nullptr || reduction == CE_NONE || (targets == nullptr) == (probs == nullptr))
         return cudaErrorInvalidValue;
     const RowOptions o = row_options(weight, probs, C, ignore_index, label_smoothing);
-    cudaError_t err = cross_entropy_options_prepare(targets, weight, denominators, N, C, ignore_index, stream);
+    unsigned int* ticket;
+    float* partials;
+    cudaError_t err = options_workspace(stream, workspace, &ticket, &partials);
+    if (err == cudaSuccess) err = cross_entropy_options_prepare(targets, weight, denominators, N, C, ignore_index,
+                                                                stream);
     if (err != cudaSuccess) return err;
-    err = dispatch_dtype(dtype, [&](auto tag) {
+    return dispatch_dtype(dtype, [&](auto tag) {
         using T = decltype(tag);
         cross_entropy_fused_options_forward_kernel<T><<<N, THREADS, 0, stream>>>(
-            static_cast<const T*>(logits), targets, static_cast<const T*>(probs), o, denominators, row_losses,
-            static_cast<T*>(grad_logits), reduction);
+            static_cast<const T*>(logits), targets, static_cast<const T*>(probs), o, denominators, partials, ticket,
+            static_cast<T*>(loss), static_cast<T*>(grad_logits), reduction);
         return cudaGetLastError();
     });
-    if (err != cudaSuccess) return err;
-    return cross_entropy_options_reduce(row_losses, denominators, loss, N, reduction, dtype, stream);
 }

@@ -4,7 +4,9 @@
 // Logits (and class probabilities) are read as 16-byte packs where the rows
 // allow it (common/row_split.cuh), with fp32 math whatever the storage type.
 #pragma once
+#include "common/last_block.cuh"
 #include "common/row_split.cuh"
+#include "common/stream_workspace.cuh"
 #include "cross_entropy/cross_entropy.cuh"
 #include "cross_entropy/options.h"
 
@@ -136,29 +138,10 @@ __device__ __forceinline__ void write_row_grad(const T* x, const T* q, T* g, int
     for (int64_t j = s.head + V * s.packs + rank; j < C; j += group) one(j);
 }
 
-// The 0-d loss from the rows' losses (sum or mean), in the logits' dtype: one block adds them
-// in a fixed order. static: each rung's .cu has its own copy, so an exported single-rung solution links.
-constexpr int REDUCE_THREADS = 1024;
-
-template <typename T>
-static __global__ void __launch_bounds__(REDUCE_THREADS)
-cross_entropy_options_reduce_kernel(const float* __restrict__ row_losses,    // (N,)
-                                    const float* __restrict__ denominators,  // (2,)
-                                    T* __restrict__ loss, int64_t N, int reduction) {
-    float sum = 0.0f;
-    for (int64_t i = threadIdx.x; i < N; i += REDUCE_THREADS) sum += row_losses[i];
-    sum = block_reduce_sum(sum);
-    // mean with every row ignored: 0 / 0 = NaN, as in PyTorch
-    if (threadIdx.x == 0) *loss = from_float<T>(reduction == CE_MEAN ? sum / denominators[0] : sum);
-}
-
-static inline cudaError_t cross_entropy_options_reduce(const float* row_losses, const float* denominators, void* loss,
-                                                         int64_t N, int reduction, DType dtype, cudaStream_t stream) {
-    if (reduction == CE_NONE) return cudaSuccess;
-    return dispatch_dtype(dtype, [&](auto tag) {
-        using T = decltype(tag);
-        cross_entropy_options_reduce_kernel<T><<<1, REDUCE_THREADS, 0, stream>>>(
-            row_losses, denominators, static_cast<T*>(loss), N, reduction);
-        return cudaGetLastError();
-    });
+// An options launcher's ticket for the last block (the stream's, stream_workspace.cuh; while a
+// graph is captured, the workspace's first word) and the blocks' partials after it.
+inline cudaError_t options_workspace(cudaStream_t stream, float* workspace, unsigned int** ticket,
+                                     float** partials) {
+    *partials = workspace + 4;  // 16 bytes on: the partials stay 16-byte aligned
+    return stream_workspace(stream, workspace, sizeof(unsigned int), reinterpret_cast<void**>(ticket));
 }

@@ -19,27 +19,31 @@
 
 enum CrossEntropyReduction : int { CE_NONE = 0, CE_MEAN = 1, CE_SUM = 2 };  // torch's Reduction enum
 
-// Stage 1 of every options forward, run by its launcher (the host makes one call per forward):
-// denominators = {the mean's denominator, sum_j w_j}.
+// The prepare stage, run first by an options forward that needs the denominators before its
+// rows (fused, for the mean's scale of its gradient; either rung with weights, whose sum the
+// label smoothing needs): denominators = {the mean's denominator, sum_j w_j}.
 typedef cudaError_t cross_entropy_options_prepare_fn(
     const int64_t* targets,  // (N,) class indices, or null for class-probability targets
     const float* weight,     // (C,) float32, or null (every weight 1)
     float* denominators,     // (2,) float32: written
     int64_t N, int64_t C, int64_t ignore_index, cudaStream_t stream);
 
-// Stage 2: the rows. vectorized writes row_max, row_log_sum and row_coef (A) for its
-// backward; fused (reduction sum or mean only) writes the gradient for grad_loss = 1
-// instead. Stage 3, for sum and mean, is inside: the 0-d loss from row_losses.
+// The rows, and the block that finishes last writes the 0-d loss (common/last_block.cuh):
+// without weights, vectorized is one kernel, counting the mean's denominator as it goes.
+// vectorized writes row_max, row_log_sum and row_coef (A) for its backward where they are
+// given; fused (reduction sum or mean only) writes the gradient for grad_loss = 1 instead.
 typedef cudaError_t cross_entropy_options_forward_fn(
     const void* logits,           // (N, C) of dtype
     const int64_t* targets,       // (N,) class indices, or null
     const void* probs,            // (N, C) of dtype: class probabilities, or null
     const float* weight,          // (C,) float32, or null
-    float* denominators,          // (2,) written by the prepare stage, for the backward
-    float* row_losses,            // (N,) each row's loss (the result for reduction none)
-    float* row_max,               // (N,) for the backward (vectorized)
-    float* row_log_sum,           // (N,) for the backward (vectorized)
-    float* row_coef,              // (N,) A, for the backward (vectorized)
+    float* denominators,          // (2,) written, for the backward: the mean's denominator, sum_j w_j
+    float* row_losses,            // (N,) each row's loss: written for reduction none; null otherwise
+    float* row_max,               // (N,) for the backward (vectorized), or null: not written
+    float* row_log_sum,           // (N,) likewise
+    float* row_coef,              // (N,) A, likewise
+    float* workspace,             // (2N + 4,) float32 scratch, 16-byte aligned: the blocks' partials
+                                  // (and, while a graph is captured, the ticket in its first word)
     void* loss,                   // () of dtype: sum or mean (unwritten for none)
     void* grad_logits,            // (N, C) of dtype: fused writes dL/dx for grad_loss = 1; null otherwise
     int64_t N, int64_t C, int64_t ignore_index, float label_smoothing, int reduction, DType dtype,

@@ -1,5 +1,5 @@
-// The first stage of every options forward (options.h), run by the vectorized and
-// fused rungs' options launchers: the mean's denominator and the sum of the weights.
+// The prepare stage of the options forwards that need the denominators before their rows
+// (options.h): the mean's denominator and the sum of the weights, in one block.
 #include "common/reduce.cuh"
 #include "cross_entropy/cross_entropy.cuh"
 #include "cross_entropy/options.h"

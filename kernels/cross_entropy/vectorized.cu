@@ -186,37 +186,75 @@ cudaError_t cross_entropy_vectorized_backward(const void* logits, const int64_t*
 }
 
 // --- PyTorch's options (options.h): weights, ignore_index, label smoothing, class
-// probabilities, reductions. One warp per row as above, packs loaded one at a time.
+// probabilities, reductions. One warp per row as above, packs loaded one at a time;
+// each block adds its rows' losses (and, without weights, counts the rows the mean
+// divides by), and the last block writes the loss and the denominators.
 
+// At most 64 registers a thread (1024 threads an SM): left to itself ptxas chose 40 for
+// bf16 on sm_80 and spilled the row's offset.
 template <typename T>
-__global__ void __launch_bounds__(THREADS)
+__global__ void __launch_bounds__(THREADS, 1024 / THREADS)
 cross_entropy_options_forward_kernel(const T* __restrict__ logits,         // (N, C)
                                      const int64_t* __restrict__ targets,  // (N,) or null
                                      const T* __restrict__ probs,          // (N, C) or null
                                      RowOptions o,
-                                     const float* __restrict__ denominators,  // (2,)
-                                     float* __restrict__ row_losses, float* __restrict__ row_max,
+                                     float* __restrict__ denominators,     // (2,): from prepare with weights
+                                     float* __restrict__ row_losses,       // (N,) or null
+                                     float* __restrict__ row_max,          // (N,) or null, as the next two
                                      float* __restrict__ row_log_sum, float* __restrict__ row_coef,
-                                     int64_t N) {
-    const int lane = threadIdx.x % 32;
-    const int64_t row = blockIdx.x * int64_t(WARPS) + threadIdx.x / 32;
-    if (row >= N) return;  // the whole warp leaves together
-    const int64_t C = o.C;
-    const T* x = logits + row * C;
-    const T* q = probs ? probs + row * C : nullptr;
-    const float x0 = to_float(x[0]);
-    RowSums acc;
-    visit_row(x, q, C, lane, 32, [&](int64_t j, float xj, float qj) { row_add(acc, o, j, xj, qj, x0); });
-    acc.lse = warp_reduce_logsumexp(acc.lse);
-    acc.a = warp_reduce_sum(acc.a);
-    acc.ax = warp_reduce_sum(acc.ax);
-    if (lane == 0) {
-        const float log_sum = logf(acc.lse.sum);
-        const RowResult r = row_result(x, targets ? targets[row] : 0, o, acc, log_sum, denominators[1]);
-        row_losses[row] = r.loss;
-        row_max[row] = acc.lse.max;
-        row_log_sum[row] = log_sum;
-        row_coef[row] = r.coef;
+                                     float* __restrict__ partials,         // (2 * gridDim.x,)
+                                     unsigned int* __restrict__ ticket,    // () zero before the launch and after
+                                     T* __restrict__ loss,                 // () or null (reduction none)
+                                     int64_t N, int reduction) {
+    __shared__ float warp_loss[WARPS], warp_count[WARPS];
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int64_t row = blockIdx.x * int64_t(WARPS) + warp;
+    if (row < N) {  // the whole warp is in or out together, so its shuffles stay full
+        const int64_t C = o.C;
+        const T* x = logits + row * C;
+        const T* q = probs ? probs + row * C : nullptr;
+        const float x0 = to_float(x[0]);
+        RowSums acc;
+        visit_row(x, q, C, lane, 32, [&](int64_t j, float xj, float qj) { row_add(acc, o, j, xj, qj, x0); });
+        acc.lse = warp_reduce_logsumexp(acc.lse);
+        acc.a = warp_reduce_sum(acc.a);
+        acc.ax = warp_reduce_sum(acc.ax);
+        if (lane == 0) {
+            const int64_t target = targets ? targets[row] : 0;
+            const float log_sum = logf(acc.lse.sum);
+            const RowResult r = row_result(x, target, o, acc, log_sum, o.weight ? denominators[1] : float(C));
+            if (row_losses) row_losses[row] = r.loss;
+            if (row_max) {
+                row_max[row] = acc.lse.max;
+                row_log_sum[row] = log_sum;
+                row_coef[row] = r.coef;
+            }
+            warp_loss[warp] = r.loss;
+            warp_count[warp] = !targets || (target != o.ignore_index && target_in_range(target, C)) ? 1.0f : 0.0f;
+        }
+    } else if (lane == 0) {
+        warp_loss[warp] = warp_count[warp] = 0.0f;
+    }
+    __syncthreads();
+    float block_loss = 0.0f, block_count = 0.0f;
+    if (threadIdx.x == 0) {  // the block's rows in order
+#pragma unroll
+        for (int w = 0; w < WARPS; ++w) {
+            block_loss += warp_loss[w];
+            block_count += warp_count[w];
+        }
+        partials[gridDim.x + blockIdx.x] = block_count;  // published with the loss's partial, below
+    }
+    if (!publish_partial(block_loss, partials, ticket, blockIdx.x, gridDim.x)) return;
+    const float sum = sum_in_order(partials, gridDim.x);
+    const float count = o.weight ? 0.0f : sum_in_order(partials + gridDim.x, gridDim.x);
+    if (threadIdx.x == 0) {
+        if (!o.weight) {  // else prepare wrote them
+            denominators[0] = count;
+            denominators[1] = float(o.C);
+        }
+        // mean with every row ignored: 0 / 0 = NaN, as in PyTorch
+        if (loss) *loss = from_float<T>(reduction == CE_MEAN ? sum / (o.weight ? denominators[0] : count) : sum);
     }
 }
 
@@ -243,23 +281,26 @@ cross_entropy_options_backward_kernel(const T* __restrict__ logits, const int64_
 cudaError_t cross_entropy_vectorized_options_forward(const void* logits, const int64_t* targets, const void* probs,
                                                      const float* weight, float* denominators,
                                                      float* row_losses, float* row_max, float* row_log_sum,
-                                                     float* row_coef, void* loss, void* /*grad_logits*/,
-                                                     int64_t N, int64_t C, int64_t ignore_index,
-                                                     float label_smoothing, int reduction, DType dtype,
-                                                     cudaStream_t stream) {
-    if ((targets == nullptr) == (probs == nullptr)) return cudaErrorInvalidValue;
+                                                     float* row_coef, float* workspace, void* loss,
+                                                     void* /*grad_logits*/, int64_t N, int64_t C,
+                                                     int64_t ignore_index, float label_smoothing, int reduction,
+                                                     DType dtype, cudaStream_t stream) {
+    if ((targets == nullptr) == (probs == nullptr) || (reduction == CE_NONE) != (loss == nullptr))
+        return cudaErrorInvalidValue;
     const RowOptions o = row_options(weight, probs, C, ignore_index, label_smoothing);
-    cudaError_t err = cross_entropy_options_prepare(targets, weight, denominators, N, C, ignore_index, stream);
+    unsigned int* ticket;
+    float* partials;
+    cudaError_t err = options_workspace(stream, workspace, &ticket, &partials);
+    if (err == cudaSuccess && weight) err = cross_entropy_options_prepare(targets, weight, denominators, N, C,
+                                                                          ignore_index, stream);
     if (err != cudaSuccess) return err;
-    err = dispatch_dtype(dtype, [&](auto tag) {
+    return dispatch_dtype(dtype, [&](auto tag) {
         using T = decltype(tag);
         cross_entropy_options_forward_kernel<T><<<(N + WARPS - 1) / WARPS, THREADS, 0, stream>>>(
             static_cast<const T*>(logits), targets, static_cast<const T*>(probs), o, denominators, row_losses,
-            row_max, row_log_sum, row_coef, N);
+            row_max, row_log_sum, row_coef, partials, ticket, static_cast<T*>(loss), N, reduction);
         return cudaGetLastError();
     });
-    if (err != cudaSuccess) return err;
-    return cross_entropy_options_reduce(row_losses, denominators, loss, N, reduction, dtype, stream);
 }
 
 cudaError_t cross_entropy_vectorized_options_backward(const void* logits, const int64_t* targets, const void* probs,

@@ -67,15 +67,19 @@ def _require_input(name: str, value, function: str) -> torch.Tensor:
     return value
 
 
-def _require_cuda(**tensors: torch.Tensor | None) -> None:
-    present = [(name, tensor) for name, tensor in tensors.items() if tensor is not None]
-    for name, tensor in present:
+def _require_cuda(*named: tuple[str, torch.Tensor | None]) -> None:
+    """Each (name, tensor) with a tensor on CUDA, all on one device."""
+    device = None
+    for name, tensor in named:
+        if tensor is None:
+            continue
         if not tensor.is_cuda:  # is_cuda, not device.type: a fraction of the host time
             raise ValueError(f"{name}: losslab's kernels need a CUDA tensor, got a tensor on {tensor.device}")
-    device = present[0][1].device
-    if any(tensor.device != device for _, tensor in present[1:]):
-        raise RuntimeError("Expected all tensors to be on the same device, got "
-                           + ", ".join(str(tensor.device) for _, tensor in present))
+        if device is None:
+            device = tensor.device
+        elif tensor.device != device:
+            raise RuntimeError("Expected all tensors to be on the same device, got "
+                               + ", ".join(str(t.device) for _, t in named if t is not None))
 
 
 def _require_no_target_grad(target: torch.Tensor) -> None:
@@ -111,7 +115,7 @@ def kl_div(input: torch.Tensor, target: torch.Tensor, size_average=None, reduce=
     _require_no_target_grad(target)
     # broadcast_shapes costs more host time than a whole small launch: equal shapes skip it
     shape = input.shape if input.shape == target.shape else torch.broadcast_shapes(input.shape, target.shape)
-    _require_cuda(input=input, target=target)
+    _require_cuda(("input", input), ("target", target))
     if input.shape != shape:
         input = input.expand(shape)
     if target.dtype != input.dtype:  # .to() costs host time even when it changes nothing
@@ -196,7 +200,7 @@ def cross_entropy(input: torch.Tensor, target: torch.Tensor, weight: torch.Tenso
             raise RuntimeError(f"expected scalar type {_short(input.dtype)} but found {_short(weight.dtype)}")
     if probs:
         _require_no_target_grad(target)
-    _require_cuda(input=input, target=target, weight=weight)
+    _require_cuda(("input", input), ("target", target), ("weight", weight))
     return _cross_entropy_2d(input, target, weight, probs, int(ignore_index), reduction,
                              max(0.0, float(label_smoothing)))
 
@@ -212,7 +216,7 @@ def _cross_entropy_2d(input, target, weight, probs, ignore_index, reduction, lab
     unbatched = input.dim() == 1
     if unbatched:
         input, target = input.unsqueeze(0), target.unsqueeze(0)
-    out_shape = (input.shape[0], *input.shape[2:])
+    out_shape = input.shape[:1] + input.shape[2:]
     classes = input.shape[1]
     if input.dim() > 2:  # (N, C, d1, ...) -> (N * d1 * ..., C); (N, C) as it is (a view costs host time)
         input = input.movedim(1, -1).reshape(-1, classes)
