@@ -90,6 +90,20 @@ def test_host_code_is_the_packages_own(problem):
         assert inspect.getsource(function) in text
 
 
+def test_exported_constants_are_their_source_not_this_process_state(monkeypatch):
+    """A cache this process has filled (the stream's scratch, after any GPU call) is exported as
+    its module writes it: a solution exported after a GPU run carries no tensor's repr."""
+    from losslab.problems import launch
+
+    monkeypatch.setitem(launch._STREAM_SCRATCH, (0, 0), torch.empty(4))
+    text = export.host_code("cross_entropy")
+    assert "_STREAM_SCRATCH: dict[tuple[int, int], torch.Tensor] = {}" in text
+    constants = text.split("\n\n\n")[0]
+    namespace = {"torch": torch}
+    exec(constants, namespace)  # each constant's expression runs, in order
+    assert namespace["DTYPE_CODES"] == launch.DTYPE_CODES and namespace["_STREAM_SCRATCH"] == {}
+
+
 def test_a_rung_that_falls_back_links_the_rung_it_falls_back_to():
     names = [path.name for path in export.kernel_files("cross_entropy", "cluster")]
     assert names[:2] == ["cluster.cu", "fused.cu"]

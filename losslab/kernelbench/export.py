@@ -122,7 +122,9 @@ def _after_imports(path: Path) -> str:
 
 
 def _owner(name: str, scopes: list) -> tuple[object, object] | None:
-    """(module, value) of the function or constant ``name`` as one of ``scopes`` defines it."""
+    """(module, value) of the function or constant ``name`` as one of ``scopes`` defines it;
+    for a constant, the scope that assigns it before one that imports it."""
+    constant = None
     for module in scopes:
         value = vars(module).get(name)
         if value is None or inspect.ismodule(value) or inspect.isclass(value):
@@ -131,16 +133,22 @@ def _owner(name: str, scopes: list) -> tuple[object, object] | None:
             if value.__module__ == module.__name__:
                 return module, value
         elif isinstance(value, (int, float, str, tuple, dict)):
-            return module, value
-    return None
+            if _assignment(module, name):
+                return module, value
+            constant = constant or (module, value)
+    return constant
 
 
 def host_code(problem: str) -> str:
     """Python source of the host functions the template calls (:data:`HOST_FUNCTIONS` of the
     problem's module) and every function and constant of the problem's module,
-    :mod:`losslab.problems.launch` and :mod:`losslab.validation` they use, each once."""
+    :mod:`losslab.problems.launch` and :mod:`losslab.validation` they use, each once.
+    Constants are copied as their module writes them, not as their values are now: a cache
+    such as ``launch._STREAM_SCRATCH`` starts empty in the solution, whatever this process
+    has put in it."""
     scopes = [sys.modules[type(problems.get(problem)).__module__], launch, validation]
     found: dict[str, tuple[object, object]] = {}
+    constants: dict[str, tuple[int, int, str]] = {}  # name -> (scope, line, its assignment's source)
     todo = list(HOST_FUNCTIONS)
     while todo:
         name = todo.pop()
@@ -148,12 +156,29 @@ def host_code(problem: str) -> str:
         if owner is None:
             continue
         found[name] = owner
-        if inspect.isfunction(owner[1]):
-            todo += [n.id for n in ast.walk(ast.parse(inspect.getsource(owner[1]))) if isinstance(n, ast.Name)]
-    constants = [f"{name} = {value!r}" for name, (_, value) in found.items() if not inspect.isfunction(value)]
+        module, value = owner
+        if inspect.isfunction(value):
+            source = inspect.getsource(value)
+        else:
+            # imported from outside the scopes (an immutable value, e.g. a dtype tuple): its value
+            line, source = _assignment(module, name) or (0, f"{name} = {value!r}")
+            constants[name] = (scopes.index(module), line, source)
+        todo += [n.id for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Name)]
     functions = sorted((scopes.index(module), value.__code__.co_firstlineno, inspect.getsource(value))
                        for module, value in found.values() if inspect.isfunction(value))
-    return "\n".join(sorted(constants)) + "\n\n\n" + "\n\n".join(source for *_, source in functions)
+    return ("\n".join(source for *_, source in sorted(constants.values())) + "\n\n\n"
+            + "\n\n".join(source for *_, source in functions))
+
+
+def _assignment(module, name: str) -> tuple[int, str] | None:
+    """(line, source) of the module-level statement that assigns ``name`` in ``module``, or None."""
+    text = inspect.getsource(module)
+    for node in ast.parse(text).body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) \
+            else []
+        if any(isinstance(target, ast.Name) and target.id == name for target in targets):
+            return node.lineno, ast.get_source_segment(text, node)
+    return None
 
 
 def _replace_block(text: str, block: str, replacement: str) -> str:
