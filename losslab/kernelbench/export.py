@@ -160,7 +160,8 @@ def host_code(problem: str) -> str:
         if inspect.isfunction(value):
             source = inspect.getsource(value)
         else:
-            # imported from outside the scopes (an immutable value, e.g. a dtype tuple): its value
+            # its assignment as written; a value imported from outside the scopes (an immutable
+            # one, e.g. a dtype tuple) as its repr
             line, source = _assignment(module, name) or (0, f"{name} = {value!r}")
             constants[name] = (scopes.index(module), line, source)
         todo += [n.id for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Name)]
