@@ -22,6 +22,7 @@ file even for inference (its inference rung's kernels are not exported with it).
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
 import re
 import sys
@@ -173,13 +174,22 @@ def host_code(problem: str) -> str:
 
 def _assignment(module, name: str) -> tuple[int, str] | None:
     """(line, source) of the module-level statement that assigns ``name`` in ``module``, or None."""
+    return _assignments(module).get(name)
+
+
+@functools.cache
+def _assignments(module) -> dict[str, tuple[int, str]]:
+    """Each name ``module`` assigns at module level -> (line, source of the statement): the
+    module parsed once, not once per constant asked about."""
     text = inspect.getsource(module)
+    found = {}
     for node in ast.parse(text).body:
         targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) \
             else []
-        if any(isinstance(target, ast.Name) and target.id == name for target in targets):
-            return node.lineno, ast.get_source_segment(text, node)
-    return None
+        for target in targets:
+            if isinstance(target, ast.Name):
+                found.setdefault(target.id, (node.lineno, ast.get_source_segment(text, node)))
+    return found
 
 
 def _replace_block(text: str, block: str, replacement: str) -> str:
