@@ -7,7 +7,7 @@ Prints, per check, the cluster plan (CTAs per row, bytes a CTA holds, or why fus
 instead) and the relative errors; per timing, the median ms per call (L2 flushed), GB/s of
 the read-once/write-once minimum (read the logits, write the gradient) and its fraction of
 the measured copy bandwidth. The tuning sweep times the cluster rung at other
-(max cluster, target slice) settings (cluster_tune). Exits 1 if a check fails.
+(max cluster, target slice, clusters launched) settings (cluster_tune). Exits 1 if a check fails.
 """
 from __future__ import annotations
 
@@ -27,8 +27,9 @@ from losslab.problems import misaligned_view  # noqa: E402
 from losslab.problems.cross_entropy import cluster_plan  # noqa: E402
 
 SPEC = problems.get("cross_entropy")
-DEFAULT_TUNING = (0, 0)  # cluster_tune's: cluster.cu's defaults (clusters of up to 8, 64 KiB slices)
-SWEEP = ((8, 32 * 1024), (16, 64 * 1024), (16, 32 * 1024), (4, 128 * 1024))
+DEFAULT_TUNING = (0, 0, 0)  # cluster_tune's: cluster.cu's defaults (clusters of up to 8, 64 KiB slices, its rule)
+PER_ROW = 1 << 40  # as many clusters as rows: one each
+SWEEP = ((8, 64 * 1024, PER_ROW), (16, 64 * 1024, 0), (8, 32 * 1024, 0))
 TIMED = [((4096, 131072), torch.float32), ((2048, 262144), torch.float32),
          ((4096, 131072), torch.bfloat16), ((2048, 262144), torch.bfloat16)]
 
@@ -51,12 +52,13 @@ def run_checks(ext) -> bool:
     print("checks against float64 (cluster rung):")
     for shape, dtype in [((64, 131072), torch.float32), ((64, 131072), torch.bfloat16), ((4, 100003), torch.float32),
                          ((4, 100003), torch.bfloat16), ((4, 100003), torch.float16), ((3, 262144), torch.float32),
-                         ((257, 4099), torch.float32), ((128, 4096), torch.float32)]:
+                         ((64, 262144), torch.float32), ((257, 4099), torch.float32), ((128, 4096), torch.float32)]:
         x, t = SPEC.make_inputs(shape, seed=1, dtype=dtype)
         report(f"{shape[0]}x{shape[1]} {str(dtype)[6:]}", (x, t))
-    # the edge cases on rows the cluster splits (8 CTAs of 4 KiB: small slices on purpose); an
-    # out-of-range target is tests/test_cross_entropy.py's (the float64 reference would assert)
-    ext.cluster_tune(8, 4096)
+    # the edge cases on rows the cluster splits (8 CTAs of 4 KiB: small slices on purpose; two
+    # clusters, so each takes several rows); an out-of-range target is tests/test_cross_entropy.py's
+    # (the float64 reference would assert)
+    ext.cluster_tune(8, 4096, 2)
     try:
         cases = check.cluster_edge_cases()
         wide = SPEC.make_inputs((13, 40004), seed=3)[0]
@@ -90,7 +92,8 @@ def run_timings(ext, quick: bool) -> None:
                 ext.cluster_tune(*tuning)
             ms = forward_backward_ms(rung, x, t, flush)
             label = (rung if tuning is None else "cluster (defaults)" if tuning == DEFAULT_TUNING
-                     else f"cluster max {tuning[0]}, {tuning[1] // 1024} KiB")
+                     else f"cluster max {tuning[0]}, {tuning[1] // 1024} KiB"
+                     + (", one per row" if tuning[2] == PER_ROW else ""))
             plan = "" if tuning is None else plan_text(x.detach())
             print(f"  {shape[0]}x{shape[1]} {str(dtype)[6:]:<9} {label:<26} {ms:7.3f} ms "
                   f"{nbytes / ms / 1e6:6.0f} GB/s {nbytes / ms / 1e6 / bandwidth:6.1%}  {plan}", flush=True)

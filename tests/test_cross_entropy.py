@@ -381,20 +381,21 @@ def assert_passed(results):
     assert not failed, "\n" + check.check_table_text(failed)
 
 
-@pytest.fixture
-def small_slices():
-    """cluster_tune(8, 4096): rows of 40003 floats split over 8 CTAs, so the edge cases run
-    on split rows at a small size; the defaults come back afterwards."""
+@pytest.fixture(params=[0, 2], ids=["a cluster per row", "2 clusters for every row"])
+def small_slices(request):
+    """cluster_tune(8, 4096, clusters): rows of 40003 floats split over 8 CTAs, so the edge
+    cases run on split rows at a small size; with 2 clusters each CTA refills its slice and
+    reuses its barriers row after row. The defaults come back afterwards."""
     ext = build.load_extension("cross_entropy")
-    ext.cluster_tune(8, 4096)
+    ext.cluster_tune(8, 4096, request.param)
     yield
-    ext.cluster_tune(0, 0)
+    ext.cluster_tune(0, 0, 0)
 
 
 @pytest.mark.gpu
 @requires_gpu
 @pytest.mark.parametrize("dtype", [torch.float32, *HALF])
-@pytest.mark.parametrize("shape", [(64, 131072), (4, 100003), (3, 262144)])
+@pytest.mark.parametrize("shape", [(64, 131072), (4, 100003), (20, 262144)])  # 20: fp32 clusters take 2 rows
 def test_cluster_splits_long_rows_and_matches_float64(shape, dtype):
     x = torch.empty(shape, device="cuda", dtype=dtype)
     ctas, slice_bytes, why = cluster_plan(x)

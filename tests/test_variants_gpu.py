@@ -96,12 +96,16 @@ def test_launches_go_to_the_inputs_gpu_not_the_current_one(problem, variant):
 
 SANITIZE = """
 import losslab
-from losslab import problems
+from losslab import build, problems
 for problem, variant in losslab.all_variants():
     for shape in [(3, 1001), (5, 4), (3, 40003)]:  # the last: rows cross_entropy's cluster rung splits
         p, *rest = problems.get(problem).make_inputs(shape, seed=0)
         p.requires_grad_(True)
         losslab.variant(problem, variant)(p, *rest).backward()
+# cluster: two clusters of 8 CTAs take 12 rows, so each CTA refills its slice row after row
+build.load_extension("cross_entropy").cluster_tune(8, 4096, 2)
+p, t = problems.get("cross_entropy").make_inputs((12, 40003), seed=0)
+losslab.variant("cross_entropy", "cluster")(p.requires_grad_(True), t).backward()
 print("sanitized", len(losslab.all_variants()), "variants")
 """
 

@@ -8,6 +8,7 @@
 struct ClusterPlan {
     int cluster_size;      // CTAs per row (0 when fused runs instead)
     int slice_packs;       // 16-byte packs of the row per CTA (the last CTA may hold fewer)
+    int clusters;          // clusters launched, each taking every clusters-th row (at most N)
     const char* fallback;  // why fused's kernels run instead, or null
 };
 
@@ -17,6 +18,7 @@ ClusterPlan cross_entropy_cluster_plan(const void* logits, const void* grad_logi
                                        DType dtype);
 
 // Tuning: clusters of at most `max_cluster` CTAs (1 to 16; above 8 is non-portable), each
-// aiming at `slice_bytes` of a row in shared memory (16 bytes to 200 KiB); (0, 0) restores
-// the defaults (8, 64 KiB). cudaErrorInvalidValue outside those ranges.
-cudaError_t cross_entropy_cluster_tune(int max_cluster, int64_t slice_bytes);
+// aiming at `slice_bytes` of a row in shared memory (16 bytes to 200 KiB), at most `clusters`
+// of them launched (0: cluster.cu's rule; a few make each take many rows, as tests want);
+// (0, 0, 0) restores the defaults (8, 64 KiB, 0). cudaErrorInvalidValue outside those ranges.
+cudaError_t cross_entropy_cluster_tune(int max_cluster, int64_t slice_bytes, int64_t clusters);

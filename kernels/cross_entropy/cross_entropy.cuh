@@ -107,6 +107,14 @@ __device__ __forceinline__ float row_loss(const T* x,  // (C,) this row's logits
     return (max - to_float(x[target])) + log_sum;
 }
 
+// The same, given the target's logit (any value where the target is ignored or out of range).
+__device__ __forceinline__ float row_loss_of(float target_logit, int64_t target, int64_t C, float max,
+                                             float log_sum) {
+    if (target == IGNORE_INDEX) return 0.0f;
+    if (!target_in_range(target, C)) return NAN;
+    return (max - target_logit) + log_sum;
+}
+
 // The forward's per-row results: the loss, and the two parts of the row's
 // log-sum-exp that the backward needs.
 template <typename T>

@@ -26,7 +26,9 @@ __host__ __device__ inline unsigned int* counters_ticket(int64_t* counters) {
 
 // The end of a one-kernel forward: every block (or, given `index` and
 // `publishers`, each of that many blocks, e.g. one per cluster) publishes its
-// loss; the last to finish adds them in a fixed order and writes the mean, the
+// loss at block_losses[index]; the last to finish adds block_losses[0, summed)
+// (default: one per publisher; more where publishers wrote others before, e.g.
+// one per row) in a fixed order and writes the mean, the
 // counters (n_valid and the number out of range, added by every block before
 // its ticket, or by an earlier stage) being complete by then. Counters in the
 // stream's workspace are copied to the forward's `counts` and zeroed for the
@@ -35,9 +37,9 @@ __host__ __device__ inline unsigned int* counters_ticket(int64_t* counters) {
 template <typename T>
 __device__ __forceinline__ void finish_mean(float block_loss, float* block_losses, int64_t* counters,
                                             int64_t* counts, T* loss, unsigned int index = blockIdx.x,
-                                            unsigned int publishers = gridDim.x) {
+                                            unsigned int publishers = gridDim.x, int64_t summed = 0) {
     if (!publish_partial(block_loss, block_losses, counters_ticket(counters), index, publishers)) return;
-    const float sum = sum_in_order(block_losses, publishers);
+    const float sum = sum_in_order(block_losses, summed ? summed : publishers);
     if (threadIdx.x == 0) {
         const int64_t valid = __ldcg(counters), out_of_range = __ldcg(counters + 1);
         if (counters != counts) {

@@ -254,7 +254,7 @@ cross_entropy_options_forward_kernel(const T* __restrict__ logits,         // (N
             denominators[1] = float(o.C);
         }
         // mean with every row ignored: 0 / 0 = NaN, as in PyTorch
-        if (loss) *loss = from_float<T>(reduction == CE_MEAN ? sum / (o.weight ? denominators[0] : count) : sum);
+        if (loss) *loss = from_float<T>(reduction == CE_MEAN ? sum / denominators[0] : sum);
     }
 }
 

@@ -214,7 +214,7 @@ def cluster_edge_cases(device="cuda") -> dict[str, tuple[torch.Tensor, torch.Ten
     """The edge cases on rows the cluster rung splits (12 x 40003 and 9 x 40001 logits, float32,
     int64 targets): ignored rows, every row ignored, logits of +-1e4, NaN in the first and the
     last rank's slice, rows at odd offsets. Split over several CTAs when the slices are small
-    (``cluster_tune(8, 4096)``)."""
+    (``cluster_tune(8, 4096, clusters)``)."""
     spec = cross_entropy.PROBLEM
     x, t = spec.make_inputs((12, 40003), seed=2, device=device)
     ignored = t.clone()

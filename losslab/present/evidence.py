@@ -671,7 +671,8 @@ CLUSTER_SASS = (
     ("UCGABAR_WAIT", r"UCGABAR_WAIT",
      "cluster barrier, wait: for every CTA of the row (before writing into it; before reading)"),
     ("SR_SWINHI", r"SR_SWINHI", "the base of the cluster's shared window: the other CTAs' shared memory"),
-    ("ST.E.64", r"\bST\.E\.64\b", "its (max, sum) stored into CTA r's shared memory (by thread r) through the window"),
+    ("ST.E.128", r"\bST\.E\.128\b",
+     "its (max, sum, target's logit) stored into CTA r's shared memory (by thread r) through the window"),
     ("LDS.128", r"LDS\.128", "the slice read from shared memory, 16 bytes a thread: for the sum and the gradient"),
     ("STG.E.128", r"STG\.E\.128", "the gradient written from it, 16 bytes a thread"),
 )

@@ -30,7 +30,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 #endif
 #ifdef BIND_CLUSTER_PLAN
     // cluster_plan(logits, grad_logits, N, C, dtype) -> (CTAs per row, slice bytes, why fused runs
-    // instead or ""), on the current device; cluster_tune(max_cluster, slice_bytes).
+    // instead or ""), on the current device; cluster_tune(max_cluster, slice_bytes, clusters).
     m.def("cluster_plan", [](uintptr_t logits, uintptr_t grad_logits, int64_t N, int64_t C, int dtype) {
         const ClusterPlan plan = cross_entropy_cluster_plan(reinterpret_cast<const void*>(logits),
                                                             reinterpret_cast<const void*>(grad_logits), N, C,
