@@ -247,17 +247,24 @@ HOST_US_BOUND = 20.0
 def test_host_time_per_call(problem, variant, quiet_host_us, capsys):
     """A forward call without autograd at a launch-bound size (128 x 4096) takes at most
     HOST_US_BOUND on the host (conftest's ``quiet_host_us``) for the rungs meant for use (those with
-    16-bit kernels). The teaching rungs share the host path but measured slower while their
-    long kernels run (naive: kl_div 50, cross_entropy 56 us), so theirs is printed only, with
-    PyTorch's own call measured alongside."""
+    16-bit kernels), or at most what PyTorch's ``F.cross_entropy`` takes at that size in the same
+    process where this host is slower than that (its one loss call, measured alongside: over a
+    session the host's speed drifts by half). The teaching rungs share the host path but measured
+    slower while their long kernels run (naive: kl_div 50, cross_entropy 56 us), so theirs is
+    printed only, with PyTorch's own call."""
     predictions, targets = cuda_inputs(problem, shape=(128, 4096))
     loss_fn = losslab.variant(problem, variant)
     forward_us = quiet_host_us(lambda: loss_fn(predictions, targets))
     pytorch_us = quiet_host_us(lambda: problems.get(problem).reference(predictions, targets))
+    logits, labels = cuda_inputs("cross_entropy", shape=(128, 4096))
+    yardstick_us = quiet_host_us(lambda: torch.nn.functional.cross_entropy(logits, labels))
+    bound = max(HOST_US_BOUND, yardstick_us)
     with capsys.disabled():
-        print(f"\nhost time per call {problem} {variant}: forward {forward_us:.1f} us, PyTorch's {pytorch_us:.1f} us")
+        print(f"\nhost time per call {problem} {variant}: forward {forward_us:.1f} us, PyTorch's {pytorch_us:.1f} us, "
+              f"F.cross_entropy {yardstick_us:.1f} us")
     if len(problems.get(problem).dtypes(variant)) > 1:
-        assert forward_us <= HOST_US_BOUND, f"{problem} {variant}: a forward call took {forward_us:.1f} us on the host"
+        assert forward_us <= bound, (f"{problem} {variant}: a forward call took {forward_us:.1f} us on the host, "
+                                     f"over {bound:.1f} us")
 
 
 # --- gpu tier: the one-kernel forward (issue 12) ------------------------------------------------
