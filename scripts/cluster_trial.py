@@ -78,7 +78,7 @@ def forward_backward_ms(rung: str, x: torch.Tensor, t: torch.Tensor, flush: torc
                      back_to_back=False).median_ms
 
 
-def run_timings(ext, quick: bool) -> None:
+def run_timings(ext, sweep) -> None:
     bandwidth = measure_bandwidth()["copy"]
     print(f"\nforward + backward (grad_loss 1), median ms per call, L2 flushed; copy bandwidth {bandwidth:.0f} GB/s")
     flush = flush_buffer()
@@ -86,7 +86,7 @@ def run_timings(ext, quick: bool) -> None:
         x, t = SPEC.make_inputs(shape, seed=0, dtype=dtype)
         x.requires_grad_(True)
         nbytes = 2 * x.numel() * x.element_size()  # read the logits once, write the gradient once
-        settings = [("fused", None), ("cluster", DEFAULT_TUNING)] + ([] if quick else [("cluster", s) for s in SWEEP])
+        settings = [("fused", None), ("cluster", DEFAULT_TUNING)] + [("cluster", s) for s in sweep]
         for rung, tuning in settings:
             if tuning:
                 ext.cluster_tune(*tuning)
@@ -100,15 +100,28 @@ def run_timings(ext, quick: bool) -> None:
         ext.cluster_tune(*DEFAULT_TUNING)
 
 
+def tuning_arg(text: str) -> tuple[int, int, int]:
+    """``--tuning``'s value: three integers, cluster_tune's arguments."""
+    try:
+        values = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        values = ()
+    if len(values) != 3:
+        raise argparse.ArgumentTypeError(f"expected three integers MAX,SLICE_BYTES,CLUSTERS, got {text!r}")
+    return values
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="time the default tuning only")
+    parser.add_argument("--tuning", action="append", metavar="MAX,SLICE_BYTES,CLUSTERS", type=tuning_arg,
+                        help="time this cluster_tune setting instead of the built-in sweep (repeatable)")
     args = parser.parse_args()
     print(f"device: {torch.cuda.get_device_name()} (sm_{''.join(map(str, torch.cuda.get_device_capability()))}), "
           f"torch {torch.__version__}, losslab from {losslab.__file__}", flush=True)
     ext = build.load_extension("cross_entropy")
     ok = run_checks(ext)
-    run_timings(ext, args.quick)
+    run_timings(ext, [] if args.quick else args.tuning or SWEEP)
     print("\nchecks", "passed" if ok else "FAILED")
     return 0 if ok else 1
 
