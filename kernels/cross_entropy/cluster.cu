@@ -12,7 +12,7 @@
 //   - the device is not sm_90 or newer (no clusters);
 //   - the gradient is not at the logits' offset from a 16-byte boundary (no pack copies);
 //   - a row is at most 16 KiB: fused keeps it in registers and reads it once already;
-//   - a row is more than max_cluster x MAX_SLICE_BYTES (1.6 MiB with clusters of 8);
+//   - a row is more than max_cluster x MAX_SLICE_BYTES (1.56 MiB with clusters of 8);
 //   - the device cannot schedule such a cluster (cudaOccupancyMaxActiveClusters is 0).
 #include <cooperative_groups.h>
 #include <algorithm>
@@ -231,7 +231,8 @@ cross_entropy_cluster_forward_kernel(const T* __restrict__ logits,         // (N
         if (threadIdx.x < K && target_in_range(target, C)) {
             const int64_t pack = (target - head) / V - s.first;
             if (target < head || target >= tail) {
-                if ((target < head && rank == 0) || (target >= tail && rank == K - 1)) target_logit = to_float(x[target]);
+                if ((target < head && rank == 0) || (target >= tail && rank == K - 1))
+                    target_logit = to_float(x[target]);
             } else if (pack >= 0 && pack < s.count) {
                 target_logit = to_float(reinterpret_cast<const T*>(slice + pack)[(target - head) % V]);
             }
