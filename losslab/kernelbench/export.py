@@ -134,7 +134,7 @@ def _owner(name: str, scopes: list) -> tuple[object, object] | None:
             if value.__module__ == module.__name__:
                 return module, value
         elif isinstance(value, (int, float, str, tuple, dict)):
-            if _assignment(module, name):
+            if name in _assignments(module):
                 return module, value
             constant = constant or (module, value)
     return constant
@@ -163,18 +163,13 @@ def host_code(problem: str) -> str:
         else:
             # its assignment as written; a value imported from outside the scopes (an immutable
             # one, e.g. a dtype tuple) as its repr
-            line, source = _assignment(module, name) or (0, f"{name} = {value!r}")
+            line, source = _assignments(module).get(name) or (0, f"{name} = {value!r}")
             constants[name] = (scopes.index(module), line, source)
         todo += [n.id for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Name)]
     functions = sorted((scopes.index(module), value.__code__.co_firstlineno, inspect.getsource(value))
                        for module, value in found.values() if inspect.isfunction(value))
     return ("\n".join(source for *_, source in sorted(constants.values())) + "\n\n\n"
             + "\n\n".join(source for *_, source in functions))
-
-
-def _assignment(module, name: str) -> tuple[int, str] | None:
-    """(line, source) of the module-level statement that assigns ``name`` in ``module``, or None."""
-    return _assignments(module).get(name)
 
 
 @functools.cache
