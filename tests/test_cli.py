@@ -231,8 +231,7 @@ def readme_block(marker: str) -> str:
 
 
 @pytest.mark.parametrize("marker, argv", [("summary", ["summary"]),
-                                          ("summary nvidia-h100-80gb-hbm3",
-                                           ["summary", "--device", "nvidia-h100-80gb-hbm3"]),
+                                          ("summary nvidia-h200", ["summary", "--device", "nvidia-h200"]),
                                           ("sweep", ["summary", "--sweep"])])
 def test_readme_shows_the_recorded_summaries(marker, argv, capsys):
     code, out, _ = run(argv, capsys)
@@ -301,7 +300,8 @@ KNOB_MISTAKES = [
 def test_list_shows_each_rungs_knobs(capsys):
     code, out, _ = run(["list"], capsys)
     assert code == 0
-    assert ("  vectorized knobs (bench --knobs vectorized:WARPS=...): WARPS=4 (rows per block, one warp each: "
+    assert ("  vectorized knobs (bench --knobs vectorized:FORWARD_WARPS=...): FORWARD_WARPS=8 (rows per forward "
+            "block, one warp each: 1 2 4 8 16 32); BACKWARD_WARPS=4 (rows per backward block, one warp each: "
             "1 2 4 8 16 32); UNROLL=8") in out
 
 

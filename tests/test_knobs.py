@@ -17,7 +17,8 @@ DEFAULTS = {
     ("kl_div", "warp_shuffle"): {"THREADS": 256}, ("kl_div", "vectorized"): {"THREADS": 256, "UNROLL": 4},
     ("kl_div", "fused"): {"THREADS": 256, "UNROLL": 4},
     ("cross_entropy", "naive"): {"THREADS": 256}, ("cross_entropy", "shared_memory"): {"THREADS": 256},
-    ("cross_entropy", "warp_shuffle"): {"THREADS": 256}, ("cross_entropy", "vectorized"): {"WARPS": 4, "UNROLL": 8},
+    ("cross_entropy", "warp_shuffle"): {"THREADS": 256},
+    ("cross_entropy", "vectorized"): {"FORWARD_WARPS": 8, "BACKWARD_WARPS": 4, "UNROLL": 8},
     ("cross_entropy", "fused"): {"THREADS": 128, "TILE": 8}, ("cross_entropy", "cluster"): {"THREADS": 256},
 }
 THREADS_128 = (("LOSSLAB_KL_DIV_VECTORIZED_THREADS", 128),)
@@ -40,7 +41,8 @@ def test_a_configuration_is_labelled_and_defines_only_what_differs():
     assert chosen.label == "vectorized [THREADS=512, UNROLL=4]" and not chosen.is_default
     assert chosen.defines == (("LOSSLAB_KL_DIV_VECTORIZED_THREADS", 512),)
     default = knobs.config("cross_entropy", "vectorized")
-    assert default.label == "vectorized [WARPS=4, UNROLL=8]" and default.is_default and default.defines == ()
+    assert default.label == "vectorized [FORWARD_WARPS=8, BACKWARD_WARPS=4, UNROLL=8]"
+    assert default.is_default and default.defines == ()
     assert knobs.rung_of(chosen.label) == "vectorized" and knobs.rung_of("eager") == "eager"
 
 

@@ -46,7 +46,7 @@ def test_good_values_pass():
              device=None, results_dir=None, peers=[], interactive=False, gpu=False)
     validate(problem_names=list(problems.names()), size="seed", profile_with_ncu=True)
     validate(problem="cross_entropy", variant="vectorized", timeout_s=0.5)
-    validate(problem="cross_entropy", knobs=[("vectorized", {"WARPS": 8}), ["fused", {"TILE": 4}]])
+    validate(problem="cross_entropy", knobs=[("vectorized", {"FORWARD_WARPS": 16}), ["fused", {"TILE": 4}]])
     validate(problem="kl_div", knobs=[])
 
 

@@ -17,17 +17,28 @@
 #include "cross_entropy/valid_mean.cuh"
 
 // Launch knobs (losslab/build/knobs.py): -DLOSSLAB_CROSS_ENTROPY_VECTORIZED_<KNOB>=<value> builds another one.
-#ifndef LOSSLAB_CROSS_ENTROPY_VECTORIZED_WARPS
-#define LOSSLAB_CROSS_ENTROPY_VECTORIZED_WARPS 4  // rows per block, one warp each: 1 2 4 8 16 32
+#ifndef LOSSLAB_CROSS_ENTROPY_VECTORIZED_FORWARD_WARPS
+#define LOSSLAB_CROSS_ENTROPY_VECTORIZED_FORWARD_WARPS 8  // rows per forward block, one warp each: 1 2 4 8 16 32
+#endif
+#ifndef LOSSLAB_CROSS_ENTROPY_VECTORIZED_BACKWARD_WARPS
+#define LOSSLAB_CROSS_ENTROPY_VECTORIZED_BACKWARD_WARPS 4  // rows per backward block, one warp each: 1 2 4 8 16 32
 #endif
 #ifndef LOSSLAB_CROSS_ENTROPY_VECTORIZED_UNROLL
 #define LOSSLAB_CROSS_ENTROPY_VECTORIZED_UNROLL 8  // 16-byte loads in flight per lane: 1 2 4 8 16
 #endif
-constexpr int WARPS = LOSSLAB_CROSS_ENTROPY_VECTORIZED_WARPS;
-constexpr int THREADS = 32 * WARPS;
+// The forward's blocks are larger than the backward's: half as many blocks, each finishing
+// with one barrier and one partial for twice the rows.
+constexpr int FORWARD_WARPS = LOSSLAB_CROSS_ENTROPY_VECTORIZED_FORWARD_WARPS;
+constexpr int BACKWARD_WARPS = LOSSLAB_CROSS_ENTROPY_VECTORIZED_BACKWARD_WARPS;
+constexpr int FORWARD_THREADS = 32 * FORWARD_WARPS, BACKWARD_THREADS = 32 * BACKWARD_WARPS;
 constexpr int UNROLL = LOSSLAB_CROSS_ENTROPY_VECTORIZED_UNROLL;
-static_assert(WARPS >= 1 && WARPS <= 32, "LOSSLAB_CROSS_ENTROPY_VECTORIZED_WARPS: 1 to 32 (at most 1024 threads)");
+static_assert(FORWARD_WARPS >= 1 && FORWARD_WARPS <= 32,
+              "LOSSLAB_CROSS_ENTROPY_VECTORIZED_FORWARD_WARPS: 1 to 32 (at most 1024 threads)");
+static_assert(BACKWARD_WARPS >= 1 && BACKWARD_WARPS <= 32,
+              "LOSSLAB_CROSS_ENTROPY_VECTORIZED_BACKWARD_WARPS: 1 to 32 (at most 1024 threads)");
 static_assert(UNROLL >= 1, "LOSSLAB_CROSS_ENTROPY_VECTORIZED_UNROLL: at least 1");
+// 28 backward warps an SM (see the backward kernel), whatever its block size
+constexpr int BACKWARD_MIN_BLOCKS = BACKWARD_WARPS < 28 ? 28 / BACKWARD_WARPS : 1;
 
 // One warp's row: its log-sum-exp, every lane getting it.
 template <typename T>
@@ -59,7 +70,7 @@ __device__ __forceinline__ LogSumExp warp_row_logsumexp(const T* x, int64_t C, i
 // rows' losses and their counts, and the block that finishes last the mean
 // (valid_mean.cuh's finish_mean): no count stage before, no mean stage after.
 template <typename T>
-__global__ void __launch_bounds__(THREADS)
+__global__ void __launch_bounds__(FORWARD_THREADS)
 cross_entropy_vectorized_forward_kernel(const T* __restrict__ logits,         // (N, C)
                                         const int64_t* __restrict__ targets,  // (N,)
                                         int64_t* counters,                    // (4,) the stream's: zero before, after
@@ -69,10 +80,10 @@ cross_entropy_vectorized_forward_kernel(const T* __restrict__ logits,         //
                                         float* __restrict__ row_log_sum,      // (N,)
                                         T* __restrict__ loss,                 // ()
                                         int64_t N, int64_t C) {
-    __shared__ float warp_loss[WARPS];
-    __shared__ int64_t warp_target[WARPS];  // ignore_index past the last row: counted as neither
+    __shared__ float warp_loss[FORWARD_WARPS];
+    __shared__ int64_t warp_target[FORWARD_WARPS];  // ignore_index past the last row: counted as neither
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    const int64_t row = blockIdx.x * int64_t(WARPS) + warp;
+    const int64_t row = blockIdx.x * int64_t(FORWARD_WARPS) + warp;
     if (row < N) {  // the whole warp is in or out together, so its shuffles stay full
         const T* x = logits + row * C;
         const LogSumExp lse = warp_row_logsumexp(x, C, lane);
@@ -93,7 +104,7 @@ cross_entropy_vectorized_forward_kernel(const T* __restrict__ logits,         //
     if (threadIdx.x == 0) {  // the block's rows in order; integer counts add exactly in any order
         int64_t valid = 0, out_of_range = 0;
 #pragma unroll
-        for (int w = 0; w < WARPS; ++w) {
+        for (int w = 0; w < FORWARD_WARPS; ++w) {
             block_loss += warp_loss[w];
             count_target(warp_target[w], C, valid, out_of_range);
         }
@@ -111,7 +122,7 @@ cross_entropy_vectorized_forward_kernel(const T* __restrict__ logits,         //
 // a thread (7 blocks, 28 warps an SM): left alone the compiler takes 80-96,
 // and fewer warps keep fewer loads in flight; 64 would spill for 16-bit types.
 template <typename T>
-__global__ void __launch_bounds__(THREADS, 7)
+__global__ void __launch_bounds__(BACKWARD_THREADS, BACKWARD_MIN_BLOCKS)
 cross_entropy_vectorized_backward_kernel(const T* __restrict__ logits,           // (N, C)
                                          const int64_t* __restrict__ targets,    // (N,)
                                          const float* __restrict__ row_max,      // (N,)
@@ -122,7 +133,7 @@ cross_entropy_vectorized_backward_kernel(const T* __restrict__ logits,          
                                          int64_t N, int64_t C) {
     constexpr int V = Pack<T>::size;
     const int lane = threadIdx.x % 32;
-    const int64_t row = blockIdx.x * int64_t(WARPS) + threadIdx.x / 32;
+    const int64_t row = blockIdx.x * int64_t(BACKWARD_WARPS) + threadIdx.x / 32;
     if (row >= N) return;
     const int64_t target = targets[row];
     const float scale = row_grad_scale(target, C, to_float(*grad_loss) / float(counts[0]));
@@ -162,9 +173,10 @@ cudaError_t cross_entropy_vectorized_forward(const void* logits, const int64_t* 
     int64_t* counters;
     const cudaError_t err = stream_workspace(stream, counts, 4 * sizeof(int64_t), reinterpret_cast<void**>(&counters));
     if (err != cudaSuccess) return err;
+    const int64_t blocks = (N + FORWARD_WARPS - 1) / FORWARD_WARPS;
     return dispatch_dtype(dtype, [&](auto tag) {
         using T = decltype(tag);
-        cross_entropy_vectorized_forward_kernel<T><<<(N + WARPS - 1) / WARPS, THREADS, 0, stream>>>(
+        cross_entropy_vectorized_forward_kernel<T><<<blocks, FORWARD_THREADS, 0, stream>>>(
             static_cast<const T*>(logits), targets, counters, counts, row_losses, row_max, row_log_sum,
             static_cast<T*>(loss), N, C);
         return cudaGetLastError();
@@ -176,9 +188,10 @@ cudaError_t cross_entropy_vectorized_backward(const void* logits, const int64_t*
                                               const int64_t* counts, const void* grad_loss,
                                               void* grad_logits, int64_t N, int64_t C, DType dtype,
                                               cudaStream_t stream) {
+    const int64_t blocks = (N + BACKWARD_WARPS - 1) / BACKWARD_WARPS;
     return dispatch_dtype(dtype, [&](auto tag) {
         using T = decltype(tag);
-        cross_entropy_vectorized_backward_kernel<T><<<(N + WARPS - 1) / WARPS, THREADS, 0, stream>>>(
+        cross_entropy_vectorized_backward_kernel<T><<<blocks, BACKWARD_THREADS, 0, stream>>>(
             static_cast<const T*>(logits), targets, row_max, row_log_sum, counts, static_cast<const T*>(grad_loss),
             static_cast<T*>(grad_logits), N, C);
         return cudaGetLastError();
@@ -193,7 +206,7 @@ cudaError_t cross_entropy_vectorized_backward(const void* logits, const int64_t*
 // At most 64 registers a thread (1024 threads an SM): left to itself ptxas chose 40 for
 // bf16 on sm_80 and spilled the row's offset.
 template <typename T>
-__global__ void __launch_bounds__(THREADS, 1024 / THREADS)
+__global__ void __launch_bounds__(FORWARD_THREADS, 1024 / FORWARD_THREADS)
 cross_entropy_options_forward_kernel(const T* __restrict__ logits,         // (N, C)
                                      const int64_t* __restrict__ targets,  // (N,) or null
                                      const T* __restrict__ probs,          // (N, C) or null
@@ -206,9 +219,9 @@ cross_entropy_options_forward_kernel(const T* __restrict__ logits,         // (N
                                      unsigned int* __restrict__ ticket,    // () zero before the launch and after
                                      T* __restrict__ loss,                 // () or null (reduction none)
                                      int64_t N, int reduction) {
-    __shared__ float warp_loss[WARPS], warp_count[WARPS];
+    __shared__ float warp_loss[FORWARD_WARPS], warp_count[FORWARD_WARPS];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    const int64_t row = blockIdx.x * int64_t(WARPS) + warp;
+    const int64_t row = blockIdx.x * int64_t(FORWARD_WARPS) + warp;
     if (row < N) {  // the whole warp is in or out together, so its shuffles stay full
         const int64_t C = o.C;
         const T* x = logits + row * C;
@@ -239,7 +252,7 @@ cross_entropy_options_forward_kernel(const T* __restrict__ logits,         // (N
     float block_loss = 0.0f, block_count = 0.0f;
     if (threadIdx.x == 0) {  // the block's rows in order
 #pragma unroll
-        for (int w = 0; w < WARPS; ++w) {
+        for (int w = 0; w < FORWARD_WARPS; ++w) {
             block_loss += warp_loss[w];
             block_count += warp_count[w];
         }
@@ -259,7 +272,7 @@ cross_entropy_options_forward_kernel(const T* __restrict__ logits,         // (N
 }
 
 template <typename T>
-__global__ void __launch_bounds__(THREADS)
+__global__ void __launch_bounds__(BACKWARD_THREADS)
 cross_entropy_options_backward_kernel(const T* __restrict__ logits, const int64_t* __restrict__ targets,
                                       const T* __restrict__ probs, RowOptions o,
                                       const float* __restrict__ denominators, const float* __restrict__ row_max,
@@ -267,7 +280,7 @@ cross_entropy_options_backward_kernel(const T* __restrict__ logits, const int64_
                                       const float* __restrict__ grad_loss,  // () or (N,) for reduction none
                                       T* __restrict__ grad_logits, int64_t N, int reduction) {
     const int lane = threadIdx.x % 32;
-    const int64_t row = blockIdx.x * int64_t(WARPS) + threadIdx.x / 32;
+    const int64_t row = blockIdx.x * int64_t(BACKWARD_WARPS) + threadIdx.x / 32;
     if (row >= N) return;
     const int64_t C = o.C;
     const int64_t target = targets ? targets[row] : 0;
@@ -294,9 +307,10 @@ cudaError_t cross_entropy_vectorized_options_forward(const void* logits, const i
     if (err == cudaSuccess && weight) err = cross_entropy_options_prepare(targets, weight, denominators, N, C,
                                                                           ignore_index, stream);
     if (err != cudaSuccess) return err;
+    const int64_t blocks = (N + FORWARD_WARPS - 1) / FORWARD_WARPS;
     return dispatch_dtype(dtype, [&](auto tag) {
         using T = decltype(tag);
-        cross_entropy_options_forward_kernel<T><<<(N + WARPS - 1) / WARPS, THREADS, 0, stream>>>(
+        cross_entropy_options_forward_kernel<T><<<blocks, FORWARD_THREADS, 0, stream>>>(
             static_cast<const T*>(logits), targets, static_cast<const T*>(probs), o, denominators, row_losses,
             row_max, row_log_sum, row_coef, partials, ticket, static_cast<T*>(loss), N, reduction);
         return cudaGetLastError();
@@ -312,9 +326,10 @@ cudaError_t cross_entropy_vectorized_options_backward(const void* logits, const 
                                                       cudaStream_t stream) {
     if ((targets == nullptr) == (probs == nullptr)) return cudaErrorInvalidValue;
     const RowOptions o = row_options(weight, probs, C, ignore_index, label_smoothing);
+    const int64_t blocks = (N + BACKWARD_WARPS - 1) / BACKWARD_WARPS;
     return dispatch_dtype(dtype, [&](auto tag) {
         using T = decltype(tag);
-        cross_entropy_options_backward_kernel<T><<<(N + WARPS - 1) / WARPS, THREADS, 0, stream>>>(
+        cross_entropy_options_backward_kernel<T><<<blocks, BACKWARD_THREADS, 0, stream>>>(
             static_cast<const T*>(logits), targets, static_cast<const T*>(probs), o, denominators, row_max,
             row_log_sum, row_coef, grad_loss, static_cast<T*>(grad_logits), N, reduction);
         return cudaGetLastError();

@@ -64,15 +64,16 @@ GRADIENT_IN_FORWARD = {
 
 def block_sizes(problem: str, variants: tuple[str, ...] | list[str]) -> dict[str, str]:
     """Each rung's default threads per block, from the knobs its kernel file declares
-    (``build.knobs``): its THREADS knob, or ``32 x WARPS`` where it sets warps per block;
-    rungs with neither are left out."""
+    (``build.knobs``): its THREADS knob, or ``32 x WARPS`` for each knob setting warps per
+    block (``FORWARD_WARPS``, ``BACKWARD_WARPS``: one per kernel); rungs with neither are left out."""
     found = {}
     for variant in variants:
         values = {k.name: k.default for k in knobs.knobs(problem, variant)}
+        warps = {name: value for name, value in values.items() if name.endswith("WARPS")}
         if "THREADS" in values:
             found[variant] = str(values["THREADS"])
-        elif "WARPS" in values:
-            found[variant] = f"{32 * values['WARPS']} (32 x WARPS={values['WARPS']})"
+        elif warps:
+            found[variant] = ", ".join(f"{32 * value} (32 x {name}={value})" for name, value in warps.items())
     return found
 
 
