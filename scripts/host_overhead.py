@@ -3,7 +3,7 @@
     python scripts/host_overhead.py [--calls 200] [--variants vectorized,fused] [--no-compile]
 
 For each problem, shape (128 x 4096, 2048 x 4096), dtype (float32, bfloat16), implementation
-(the losslab rungs asked for, and torch.compile of the PyTorch definition) and direction
+(the rungs asked for that the problem has for the dtype, and torch.compile of the PyTorch definition) and direction
 (forward without autograd; forward + backward; forward + backward with the autograd engine on the
 calling thread, ``torch.autograd.set_multithreading_enabled(False)``), one line:
 
@@ -113,7 +113,8 @@ def table(args) -> None:
         for shape in SHAPES:
             for dtype in DTYPES:
                 predictions, targets = spec.make_inputs(shape, seed=0, dtype=dtype)
-                impls = [(v, losslab.variant(problem, v)) for v in args.variants]
+                impls = [(v, losslab.variant(problem, v)) for v in args.variants
+                         if v in spec.variants and dtype in spec.dtypes(v)]
                 if args.compile:
                     impls.append(("torch.compile", torch.compile(spec.reference)))
                 for name, loss_fn in impls:
