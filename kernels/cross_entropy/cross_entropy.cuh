@@ -94,25 +94,24 @@ __device__ __forceinline__ bool target_in_range(int64_t target, int64_t C) {
     return target >= 0 && target < C;
 }
 
-// One row's loss, logsumexp(x) - x[target] with logsumexp = max + log_sum.
+// One row's loss, logsumexp(x) - x[target] with logsumexp = max + log_sum, given
+// the target's logit (any value where the target is ignored or out of range).
 // An ignored row's loss is 0 (the mean leaves it out of the count too). A
-// target outside [0, C) gives NaN and is never used as an index: the loss says
-// so without the host ever waiting for a range check, and nothing is read out
-// of bounds.
-template <typename T>
-__device__ __forceinline__ float row_loss(const T* x,  // (C,) this row's logits
-                                          int64_t target, int64_t C, float max, float log_sum) {
-    if (target == IGNORE_INDEX) return 0.0f;
-    if (!target_in_range(target, C)) return NAN;
-    return (max - to_float(x[target])) + log_sum;
-}
-
-// The same, given the target's logit (any value where the target is ignored or out of range).
+// target outside [0, C) gives NaN: the loss says so without the host ever
+// waiting for a range check.
 __device__ __forceinline__ float row_loss_of(float target_logit, int64_t target, int64_t C, float max,
                                              float log_sum) {
     if (target == IGNORE_INDEX) return 0.0f;
     if (!target_in_range(target, C)) return NAN;
     return (max - target_logit) + log_sum;
+}
+
+// The same, reading the target's logit from the row; an out-of-range target is
+// never used as an index, so nothing is read out of bounds.
+template <typename T>
+__device__ __forceinline__ float row_loss(const T* x,  // (C,) this row's logits
+                                          int64_t target, int64_t C, float max, float log_sum) {
+    return row_loss_of(target_in_range(target, C) ? to_float(x[target]) : 0.0f, target, C, max, log_sum);
 }
 
 // The forward's per-row results: the loss, and the two parts of the row's
