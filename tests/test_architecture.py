@@ -391,7 +391,7 @@ def test_cycle_check_fails_on_a_copy_with_a_function_level_back_import(package_c
 
 
 def test_private_name_check_fails_on_a_broken_copy(package_copy, tmp_path):
-    assert (package_copy / "ops.py").is_file() and (package_copy / "records.py").is_file()
+    assert (package_copy / "ops.py").is_file() and (package_copy / "records" / "files.py").is_file()
     _append(package_copy / "ops.py", "from losslab.records import _probe\nimport losslab.records as rec\n"
                                      "from losslab import records\n\n\ndef _use():\n"
                                      "    return rec._hidden, records._other, records.__name__, _use")

@@ -97,6 +97,18 @@ def test_another_problems_sources_do_not_make_a_record_stale(tmp_path):
     assert records.sources_sha256("cross_entropy", root) != records.sources_sha256("cross_entropy")
 
 
+def test_the_teaching_ladder_is_not_hashed_while_no_record_measures_it(tmp_path):
+    root = _copy_repository(tmp_path)
+    stamp = records.sources_sha256("kl_div", root)
+    ladder = root / "kernels" / "kl_div" / "ladder"
+    ladder.mkdir(exist_ok=True)
+    (ladder / "extra.cu").write_text("// a teaching rung\n")
+    (root / "losslab" / "build" / "csrc" / "kl_div_ladder.cpp").write_text("// its binding\n")
+    assert records.sources_sha256("kl_div", root) == stamp
+    (root / "kernels" / "kl_div" / "extra.cu").write_text("// an operator kernel beside the ladder\n")
+    assert records.sources_sha256("kl_div", root) != stamp
+
+
 def test_a_pitfall_kernel_edit_changes_the_pitfalls_hash(tmp_path):
     root = _copy_repository(tmp_path)
     stamp = records.pitfall_sources_sha256(root=root)
@@ -172,6 +184,20 @@ def test_a_run_at_another_size_or_on_fewer_variants_adds_to_the_record(results_d
     assert merged.view(small).rows == [next(r for r in merged.rows if tuple(r.shape) == small)]
 
 
+def test_a_failed_save_leaves_the_old_record_intact(results_dir, make_section, monkeypatch):
+    path = records.save_section("kl_div", make_section("kl_div"), results_dir)
+    before = path.read_bytes()
+
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(records.files.os, "fsync", full_disk)  # the write fails after some bytes went out
+    with pytest.raises(OSError, match="No space left"):
+        records.save_section("cross_entropy", make_section("cross_entropy"), results_dir)
+    assert path.read_bytes() == before, "a failed save changed the record"
+    assert sorted(p.name for p in results_dir.iterdir()) == [path.name], "a failed save left a temporary file"
+
+
 def test_merge_refuses_another_device():
     with pytest.raises(ValueError, match="merge: kl_div on B cannot be added to kl_div on A"):
         records.merge(records.Section("kl_div", "A"), records.Section("kl_div", "B"))
@@ -180,7 +206,8 @@ def test_merge_refuses_another_device():
 # --- reading: malformed files, the older format, several devices --------------------------------------------
 
 @pytest.mark.parametrize("text", ['{"device": "X", "problems": {"kl_div": {"rows": [', "[]", '{"problems": {}}',
-                                  '{"device": "X", "problems": {"kl_div": {"rows": [{"bogus": 1}]}}}'])
+                                  '{"device": "X", "problems": {"kl_div": {"rows": [{"bogus": 1}]}}}',
+                                  '{"device": "X", "problems": {"kl_div": {}}}'])  # an empty section, not skipped
 def test_a_malformed_record_is_one_line_naming_the_file(results_dir, text):
     path = results_dir / "broken.json"
     path.write_text(text)
@@ -299,10 +326,10 @@ def test_measure_sweep_plans_repeats_directions_and_skips_with_reasons(monkeypat
         return [_row(problem=problem, implementation=v, shape=shape, dtype=str(kw["dtype"]).removeprefix("torch."))
                 for v in variants]
 
-    monkeypatch.setattr(records, "bench_problem", fake_bench)
-    monkeypatch.setattr(records.torch.cuda, "empty_cache", lambda: None)
-    monkeypatch.setattr(records.torch.cuda, "mem_get_info", lambda: (int(30e9), int(80e9)))
-    monkeypatch.setattr(records, "run_provenance", lambda problem: {
+    monkeypatch.setattr(records.measuring, "bench_problem", fake_bench)
+    monkeypatch.setattr(records.measuring.torch.cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr(records.measuring.torch.cuda, "mem_get_info", lambda: (int(30e9), int(80e9)))
+    monkeypatch.setattr(records.measuring, "run_provenance", lambda problem: {
         "device": "Fixture GPU", "multiprocessors": 132, "memory_bytes": int(80e9), "compute_capability": "9.0",
         "torch": "t", "cuda": "c", "date": "2026-01-01T00:00:00+00:00", "sources_sha256": "h"})
     ceilings = {"read_gbps": 3000.0, "copy_gbps": 2800.0}

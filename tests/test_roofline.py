@@ -192,7 +192,7 @@ def test_the_roofline_notebook_draws_every_problem_by_default():
 
     import nbformat
 
-    nb = nbformat.read(roofline.records.ROOT / "notebooks" / "03_roofline.ipynb", as_version=4)
+    nb = nbformat.read(roofline.records.files.ROOT / "notebooks" / "03_roofline.ipynb", as_version=4)
     cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
     values = {t.id: ast.literal_eval(s.value) for s in ast.parse(cell.source).body for t in s.targets}
     assert sorted(values["problem_names"]) == sorted(problems.names())

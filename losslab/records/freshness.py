@@ -1,0 +1,71 @@
+"""Freshness: the hash of every source that changes a measurement of a problem.
+
+A record's rows carry the :func:`sources_sha256` they were measured with; a row is fresh
+while that hash equals today's. A cpu-tier test fails when the newest record is not fresh.
+"""
+from __future__ import annotations
+
+import hashlib
+import inspect
+from collections.abc import Sequence
+from pathlib import Path
+
+from losslab import build, problems
+from losslab.build import KERNELS, ROOT
+
+LADDER = "ladder"  # kernels/<problem>/ladder/ and build/csrc/<problem>_ladder.cpp: the teaching ladder
+
+
+def _files(folder: Path) -> list[Path]:
+    return [p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts] if folder.exists() else []
+
+
+def measured_sources(problem: str, root: Path | None = None) -> list[Path]:
+    """Every file a measurement of ``problem`` depends on, sorted: ``kernels/common``,
+    ``kernels/<problem>`` and ``kernels/ceilings`` (the bandwidth ceilings the rows are a fraction
+    of), the bindings in ``losslab/build/csrc`` (but other problems'), the host launch code in
+    ``losslab/problems`` (but other problems' modules) and ``losslab/ops.py``, and the build
+    module that holds the compiler flags. ``root``: the repository (default this one).
+
+    The teaching ladder (``kernels/<problem>/ladder/`` and its binding) is left out: no record
+    row measures it yet, so a change to it changes no recorded measurement."""
+    root = Path(root or ROOT)
+    others = set(problems.names()) - {problem}
+    kernels = root / KERNELS.relative_to(ROOT)
+    builder = Path(inspect.getsourcefile(inspect.unwrap(build.load_extension))).resolve().relative_to(ROOT)
+    own = [p for p in _files(kernels / problem) if LADDER not in p.relative_to(kernels / problem).parts[:-1]]
+    files = [*_files(kernels / "common"), *own, *_files(kernels / "ceilings")]
+    files += [p for p in _files(root / build.CSRC.relative_to(ROOT))
+              if p.stem not in others and not p.stem.endswith(f"_{LADDER}")]
+    files += [p for p in _files(root / "losslab" / "problems") if p.suffix == ".py" and p.stem not in others]
+    files += [root / "losslab" / "ops.py", root / builder]
+    return sorted(set(files))
+
+
+def _digest(files: Sequence[Path], root: Path, extra: str = "") -> str:
+    digest = hashlib.sha256(extra.encode() + b"\0")
+    for path in sorted(set(files)):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def _flags() -> str:
+    """The compiler flags of the extension build, as text (they change the machine code)."""
+    return repr([getattr(build, name, None) for name in ("NVCC_FLAGS", "CXX_FLAGS")])
+
+
+def sources_sha256(problem: str, root: Path | None = None) -> str:
+    """sha256 over :func:`measured_sources` (each file's path relative to the repository and its
+    bytes) and the compiler flags: equal only when a measurement would run the same code."""
+    root = Path(root or ROOT)
+    return _digest(measured_sources(problem, root), root, _flags())
+
+
+def pitfall_sources_sha256(extra: Sequence[Path] = (), root: Path | None = None) -> str:
+    """sha256 for a pitfalls record: every problem's :func:`measured_sources`, the pitfall kernels
+    under ``pitfalls/``, the flags, and ``extra`` files inside the repository (the modules that
+    build and run them)."""
+    root = Path(root or ROOT)
+    files = [f for p in problems.names() for f in measured_sources(p, root)] + _files(root / "pitfalls")
+    files += [root / Path(e).resolve().relative_to(ROOT) for e in extra]
+    return _digest(files, root, _flags())

@@ -1,0 +1,312 @@
+"""A :class:`Section`: one problem's measured rows and checks on one device, and how sections merge.
+
+A newer run replaces rows by (problem, shape, dtype, implementation, direction) and checks by
+(variant, case, direction); everything else is kept, so a bench run at another size or on a
+subset of variants adds to a section and never replaces it (:func:`merge`).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import MISSING, dataclass, field, fields
+from pathlib import Path
+
+import torch
+
+from losslab import problems
+from losslab.measure.bench import BenchRow, Skipped, flag_physical_floor, set_speedups
+from losslab.measure.check import CheckResult
+from losslab.measure.ncu import Profile
+from losslab.records.freshness import sources_sha256
+
+_ROW_FIELDS = {f.name for f in fields(BenchRow)}
+_CHECK_FIELDS = {f.name for f in fields(CheckResult)}
+_ROW_REQUIRED = [f.name for f in fields(BenchRow) if f.default is MISSING and f.default_factory is MISSING]
+_CHECK_REQUIRED = [f.name for f in fields(CheckResult) if f.default is MISSING and f.default_factory is MISSING]
+_LEGACY_KEYS = ("problem", "device", "multiprocessors", "memory_bytes", "compute_capability", "date", "torch",
+                "cuda", "kernels_sha256", "sources_sha256", "shape", "dtype", "repeats", "bandwidth_gbps", "rows",
+                "rows_by_dtype", "checks", "ceilings", "ncu", "source")
+
+
+@dataclass
+class Section:
+    """One problem's results on one device (see the module docstring).
+
+    ``ceilings``: what ``ceilings.measure_ceilings`` returned in the newest run ({} if none);
+    ``ncu``: the newest ``ncu.profile_problem`` result (a typed ``measure.ncu.Profile``), or None;
+    ``skipped``: the (shape, dtype, implementation) a sweep or bench left out (a hopeless rung, a
+    peer that cannot run there), each with its reason (:class:`Skipped`); a measured row of the same
+    key removes its entry.
+    """
+
+    problem: str
+    device: str
+    multiprocessors: int = 0
+    memory_bytes: int = 0
+    compute_capability: str = ""
+    rows: list[BenchRow] = field(default_factory=list, repr=False)
+    checks: list[CheckResult] = field(default_factory=list, repr=False)
+    ceilings: dict = field(default_factory=dict, repr=False)
+    ncu: Profile | None = field(default=None, repr=False)
+    source: str = "recorded"
+    skipped: list[Skipped] = field(default_factory=list, repr=False)
+
+    def __post_init__(self):
+        self.ncu = Profile.from_dict(self.ncu)
+
+    # --- what it holds ---
+    @property
+    def shapes(self) -> list[tuple[int, ...]]:
+        """The shapes of the rows, in first-seen order."""
+        return list(dict.fromkeys(tuple(r.shape) for r in self.rows))
+
+    @property
+    def dtypes(self) -> list[str]:
+        """The dtypes of the rows, float32 first, then in first-seen order."""
+        found = dict.fromkeys(r.dtype for r in self.rows)
+        return sorted(found, key=lambda d: (d != "float32", list(found).index(d)))
+
+    @property
+    def primary_shape(self) -> tuple[int, ...] | None:
+        """The shape :meth:`view` shows by default: the problem's seed size if held, else the newest rows'."""
+        seed = tuple(problems.get(self.problem).sizes.get("seed", ())) if self.problem in problems.names() else ()
+        if seed in self.shapes:
+            return seed
+        return tuple(max(self.rows, key=lambda r: r.date).shape) if self.rows else None
+
+    @property
+    def primary_dtype(self) -> str | None:
+        return self.dtypes[0] if self.rows else None
+
+    def select(self, shape=None, dtype: str | None = None) -> list[BenchRow]:
+        """The rows at ``shape`` and ``dtype`` (default :attr:`primary_shape`, :attr:`primary_dtype`)."""
+        shape = tuple(shape) if shape is not None else self.primary_shape
+        dtype = dtype or self.primary_dtype
+        return [r for r in self.rows if tuple(r.shape) == shape and r.dtype == dtype]
+
+    def view(self, shape=None, dtype: str | None = None) -> Section:
+        """A copy holding only the rows at one shape and dtype (see :meth:`select`); checks, ceilings
+        and ncu are kept."""
+        return Section(self.problem, self.device, self.multiprocessors, self.memory_bytes, self.compute_capability,
+                       self.select(shape, dtype), list(self.checks), self.ceilings, self.ncu, self.source,
+                       list(self.skipped))
+
+    def sweep(self, dtype: str = "float32", direction: str = "forward") -> list[SweepLine]:
+        """The rows at ``dtype`` and ``direction`` over every recorded shape, as one
+        :class:`SweepLine` per implementation (variants first, in ladder order, then the peers),
+        each line's points ordered by minimum bytes: what a time- or bandwidth-against-size figure
+        plots. Lines with a single shape are kept (a rung timed only at the seed size)."""
+        spec = problems.get(self.problem) if self.problem in problems.names() else None
+        order = list(spec.variants) if spec else []
+        rows = [r for r in self.rows if r.dtype == dtype and r.direction == direction]
+        names = sorted(dict.fromkeys(r.implementation for r in rows),
+                       key=lambda n: (n not in order, order.index(n) if n in order else 0))
+        lines = []
+        for name in names:
+            mine = [r for r in rows if r.implementation == name]
+            points = [SweepPoint(tuple(r.shape), r.shape[0] * r.shape[1],
+                                 problems.get(r.problem).cost(tuple(r.shape), direction, getattr(torch, dtype)).bytes,
+                                 r.median_ms, r.back_to_back_ms, r.host_ms, r.gbps, r.fraction_of_bandwidth,
+                                 r.below_floor) for r in mine]
+            lines.append(SweepLine(name, mine[0].kind, direction, dtype, sorted(points, key=lambda p: p.min_bytes)))
+        return lines
+
+    # --- provenance ---
+    def _stamps(self, key: str) -> list[str]:
+        return [getattr(x, key) for x in (*self.rows, *self.checks) if getattr(x, key, "")]
+
+    @property
+    def date(self) -> str:
+        """The newest date of a row or check (UTC ISO 8601), "" when empty."""
+        return max(self._stamps("date"), default="")
+
+    @property
+    def torch(self) -> str:
+        return ", ".join(sorted(set(self._stamps("torch")))) if self.rows else ""
+
+    @property
+    def cuda(self) -> str:
+        return ", ".join(sorted(set(self._stamps("cuda")))) if self.rows else ""
+
+    @property
+    def sources_sha256(self) -> str:
+        """The hash the section's results were measured with: the one hash when all share it,
+        else the first that differs from today's sources (so a comparison says "not fresh")."""
+        hashes = list(dict.fromkeys(self._stamps("sources_sha256")))
+        if len(hashes) <= 1 or self.problem not in problems.names():
+            return hashes[0] if hashes else ""
+        current = sources_sha256(self.problem)
+        return next((h for h in hashes if h != current), current)
+
+    def stale(self, root: Path | None = None) -> list[BenchRow | CheckResult]:
+        """The rows and checks measured on other sources than those now in ``root`` (default this repository)."""
+        current = sources_sha256(self.problem, root)
+        return [x for x in (*self.rows, *self.checks) if x.sources_sha256 != current]
+
+    def is_fresh(self, root: Path | None = None) -> bool:
+        """True if every row and check was measured on the sources there are now (see :meth:`stale`)."""
+        return not self.stale(root)
+
+    def describe(self) -> str:
+        """What the section holds, in one line: problem, device, sizes, dtypes, dates."""
+        sizes = ", ".join("x".join(map(str, s)) for s in self.shapes) or "no rows"
+        return (f"{self.problem} on {self.device}: {sizes}; {', '.join(self.dtypes) or '-'}; "
+                f"torch {self.torch or '-'}, CUDA {self.cuda or '-'}; {self.date[:10] or 'no date'}")
+
+    # --- file format ---
+    def as_dict(self) -> dict:
+        """The on-disk form (JSON-ready; ``source`` is not saved)."""
+        return {"problem": self.problem, "device": self.device, "multiprocessors": self.multiprocessors,
+                "memory_bytes": self.memory_bytes, "compute_capability": self.compute_capability,
+                "ceilings": self.ceilings, "ncu": self.ncu.as_dict() if self.ncu else None,
+                "rows": [r.as_dict() for r in self.rows], "checks": [c.as_dict() for c in self.checks],
+                "skipped": [s.as_dict() for s in self.skipped]}
+
+    @classmethod
+    def from_dict(cls, data: dict, problem: str | None = None) -> Section:
+        """A Section from :meth:`as_dict`'s form or the older dict format (see the module docstring).
+
+        Raises:
+            ValueError: not a section (missing device, rows that are not rows).
+        """
+        if not isinstance(data, dict) or "device" not in data:
+            raise ValueError("a section needs at least a 'device'")
+        problem = data.get("problem") or problem or ""
+        legacy = {"date": data.get("date", ""), "torch": data.get("torch", ""), "cuda": data.get("cuda", ""),
+                  "sources_sha256": data.get("sources_sha256", data.get("kernels_sha256", ""))}
+        raw_rows = list(data.get("rows", [])) + [r for rs in (data.get("rows_by_dtype") or {}).values() for r in rs]
+        rows = [_row(r, legacy, data["device"]) for r in raw_rows]
+        checks = [_check(c, legacy) for c in data.get("checks", [])]
+        ceilings = data.get("ceilings") or ({"read_gbps": data["bandwidth_gbps"]["read"],
+                                             "copy_gbps": data["bandwidth_gbps"]["copy"]}
+                                            if data.get("bandwidth_gbps") else {})
+        return cls(problem, data["device"], data.get("multiprocessors", 0), data.get("memory_bytes", 0),
+                   data.get("compute_capability", ""), rows, checks, ceilings, data.get("ncu"),
+                   data.get("source", "recorded"), [Skipped.from_dict(s) for s in data.get("skipped", [])])
+
+    # --- the older dict format, read-only ---
+    def keys(self):
+        return _LEGACY_KEYS
+
+    def __getitem__(self, key: str):
+        if key not in _LEGACY_KEYS:
+            raise KeyError(key)
+        primary = self.primary_shape
+        if key == "rows":
+            return [r.as_dict() for r in self.select()]
+        if key == "rows_by_dtype":
+            return {d: [r.as_dict() for r in self.select(primary, d)] for d in self.dtypes[1:]}
+        if key == "checks":
+            return [c.as_dict() for c in self.checks]
+        if key == "shape":
+            return list(primary) if primary else []
+        if key == "dtype":
+            return self.primary_dtype or "float32"
+        if key == "repeats":
+            return max((r.repeats for r in self.select()), default=0)
+        if key == "bandwidth_gbps":
+            return {"read": self.ceilings.get("read_gbps"), "copy": self.ceilings.get("copy_gbps")}
+        if key == "kernels_sha256":
+            return self.sources_sha256
+        return getattr(self, key)
+
+    def get(self, key: str, default=None):
+        try:
+            return self[key]
+        except KeyError:
+            return default
+
+
+@dataclass
+class SweepPoint:
+    """One implementation at one shape of a sweep: ``min_bytes`` is the cost model's minimum
+    traffic (the x axis of a time or bandwidth plot), times in ms (see ``BenchRow``)."""
+
+    shape: tuple[int, int]
+    elements: int
+    min_bytes: int
+    median_ms: float
+    back_to_back_ms: float | None
+    host_ms: float | None
+    gbps: float
+    fraction_of_bandwidth: float
+    below_floor: bool = False
+
+
+@dataclass
+class SweepLine:
+    """One implementation's points over the sizes, smallest first: one line of a sweep figure."""
+
+    implementation: str
+    kind: str  # "variant" or "peer"
+    direction: str
+    dtype: str
+    points: list[SweepPoint] = field(default_factory=list)
+
+
+def _row(data, legacy: dict, device: str) -> BenchRow:
+    if isinstance(data, BenchRow):
+        return data
+    if not isinstance(data, dict):
+        raise ValueError(f"a bench row is a dict of BenchRow's fields; got {data!r:.80}")
+    values = {k: v for k, v in data.items() if k in _ROW_FIELDS}
+    values.update({k: v for k, v in legacy.items() if not values.get(k)})
+    missing = [f for f in _ROW_REQUIRED if f not in values]
+    if missing:
+        raise ValueError(f"a bench row lacks {', '.join(missing)} (a row holds BenchRow's fields)")
+    values["shape"] = tuple(values.get("shape", ()))
+    row = BenchRow(**values)
+    if row.problem in problems.names() and row.shape and row.dtype:
+        flag_physical_floor(row, device)  # records made before the flag existed get it too
+    return row
+
+
+def _check(data, legacy: dict) -> CheckResult:
+    if isinstance(data, CheckResult):
+        return data
+    if not isinstance(data, dict):
+        raise ValueError(f"a check is a dict of CheckResult's fields; got {data!r:.80}")
+    values = {k: v for k, v in data.items() if k in _CHECK_FIELDS}
+    missing = [f for f in _CHECK_REQUIRED if f not in values]
+    if missing:
+        raise ValueError(f"a check lacks {', '.join(missing)} (a check holds CheckResult's fields)")
+    values.update({k: legacy[k] for k in ("date", "sources_sha256") if not values.get(k)})
+    values["shape"] = tuple(values.get("shape", ()))
+    return CheckResult(**values)
+
+
+def merge(old: Section, new: Section, *, same_process: bool = False) -> Section:
+    """``old`` with ``new`` added: rows replaced by (problem, shape, dtype, implementation, direction),
+    checks by (variant, case, direction), the rest kept; device properties, ceilings and ncu from
+    ``new`` where it has them. Speedups stay as measured (each against the peers of its own run)
+    unless ``same_process``: both were measured in this process, so they are recomputed across all.
+
+    Raises:
+        ValueError: the sections are of different problems or devices.
+    """
+    if (old.problem, old.device) != (new.problem, new.device):
+        raise ValueError(f"merge: {new.problem} on {new.device} cannot be added to {old.problem} on {old.device}")
+    rows = {r.key: r for r in old.rows} | {r.key: r for r in new.rows}
+    checks = {c.key: c for c in old.checks} | {c.key: c for c in new.checks}
+    skipped = {s.key: s for s in old.skipped} | {s.key: s for s in new.skipped}
+    measured = {r.key[:4] for r in new.rows}
+    skipped = [s for s in skipped.values() if s.key not in measured]
+    merged = Section(new.problem, new.device, new.multiprocessors or old.multiprocessors,
+                     new.memory_bytes or old.memory_bytes, new.compute_capability or old.compute_capability,
+                     list(rows.values()), list(checks.values()), new.ceilings or old.ceilings,
+                     new.ncu or old.ncu, new.source, skipped)
+    if same_process:
+        set_speedups(merged.rows)
+    return merged
+
+
+def combine(sections: Sequence[Section]) -> Section:
+    """Sections measured in this process (e.g. one implementation each) as one, with speedups
+    over every peer among them. Raises ValueError for no sections."""
+    if not sections:
+        raise ValueError("sections: expected at least one section")
+    out = sections[0]
+    for section in sections[1:]:
+        out = merge(out, section, same_process=True)
+    if len(sections) == 1:
+        set_speedups(out.rows)
+    return out
