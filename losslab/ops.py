@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import functools
 import os
-import sys
 from collections.abc import Callable, Mapping
 
 import torch
@@ -64,11 +63,6 @@ def strict_default() -> bool:
 
 
 # --- the operators ------------------------------------------------------------------------------
-
-def _host(spec: problems.Problem):
-    """The module holding ``spec``'s host code: ``forward``, ``backward``, ``empty_state``."""
-    return sys.modules[type(spec).__module__]
-
 
 def _define(name: str, schema: str, kernel: Callable, fake: Callable) -> torch._ops.OpOverload:
     _LIBRARY.define(f"{name}{schema}")
@@ -101,7 +95,7 @@ class RungOps:
 
     def __init__(self, spec: problems.Problem, rung: problems.Rung, extension: Callable[[], object] | None = None):
         self.spec, self.rung = spec, rung
-        host = _host(spec)
+        host = spec.host
         bound = _launchers(extension or functools.partial(build.load_extension, spec.name))
         prefix = f"{spec.name}_{rung.name}"
         inputs = ", ".join(f"Tensor {name}" for name in spec.input_names)

@@ -8,7 +8,9 @@ deliberately broken copy in a tmp folder (so none of them passes whatever the co
 - no string comparison with a rung name: what differs between rungs lives in the problems' rung tables;
 - the design document lives in the repository (``docs/``): nothing points to one outside it;
 - every rung's kernel file opens with its idea: a comment naming the rung and what it does;
-- no test module imports another (shared fixtures live in tests/conftest.py).
+- no test module imports another (shared fixtures live in tests/conftest.py);
+- one loss, one package: no string literal names a loss outside its own package
+  (``losslab/problems/<loss>/``) and the registry (``losslab/problems/__init__.py``).
 """
 from __future__ import annotations
 
@@ -238,6 +240,39 @@ def _string_literals(node: ast.AST) -> list[str]:
     return []
 
 
+def _docstrings(tree: ast.AST) -> set[int]:
+    """ids of the docstring constants of a module, its classes and functions (prose, not code)."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                found.add(id(first.value))
+    return found
+
+
+def loss_literals(package_dir: Path, losses: set[str]) -> list[str]:
+    """Every string literal outside a docstring that names a loss (the name alone, or a path or
+    dotted name under it: ``"kl_div"``, ``"kl_div/kl_div.cuh"``), in a module that is neither
+    that loss's package ``problems/<loss>/`` nor the registry ``problems/__init__.py``."""
+    found = []
+    registry = package_dir / "problems" / "__init__.py"
+    for path in sorted(package_modules(package_dir).values()):
+        if path == registry:
+            continue
+        parts = path.relative_to(package_dir).parts
+        own = parts[1] if len(parts) > 2 and parts[0] == "problems" else None
+        tree = ast.parse(path.read_text())
+        prose = _docstrings(tree)
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Constant) or not isinstance(node.value, str) or id(node) in prose:
+                continue
+            named = {loss for loss in losses if node.value == loss or node.value.startswith((f"{loss}/", f"{loss}."))}
+            if named - {own}:
+                found.append(f"{path.relative_to(package_dir.parent)}:{node.lineno}: {node.value!r}")
+    return found
+
+
 def repository_files(root: Path) -> list[Path]:
     """The files of the repository: tracked ones and untracked ones that git does not ignore."""
     listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
@@ -346,6 +381,20 @@ def test_every_rung_kernel_file_opens_with_its_idea():
     assert not found, "\n".join(found)
 
 
+# Modules still to move their loss names into the loss packages (issue 24; emptied as they move).
+LOSS_NAMES_STILL_OUTSIDE: set[str] = {
+    "losslab/teach/simulator/diagnose.py", "losslab/present/evidence.py", "losslab/kernelbench/inputs.py",
+    "losslab/present/ladder.py", "losslab/teach/simulator/build.py", "losslab/teach/simulator/cases.py",
+    "losslab/kernelbench/solution_template.py", "losslab/teach/explorer.py", "losslab/teach/simulator/run.py"}
+
+
+def test_no_module_outside_a_loss_package_names_a_loss():
+    found = [f for f in loss_literals(PACKAGE, set(problems.names()))
+             if f.split(":")[0] not in LOSS_NAMES_STILL_OUTSIDE]
+    assert not found, "a string names a loss outside its package (losslab/problems/<loss>/): pass the Problem " \
+                      "object, or move the code into the loss's package:\n" + "\n".join(found)
+
+
 def test_no_test_module_imports_another():
     found = imports_between_test_modules(ROOT / "tests")
     assert not found, "shared fixtures belong in tests/conftest.py:\n" + "\n".join(found)
@@ -450,6 +499,18 @@ def test_header_check_fails_on_kernels_without_their_idea(tmp_path):
                      "kernels/p/vectorized.cu: the opening comment is too short to state the idea and what it "
                      "fixes (1 lines)",
                      "kernels/p/warp_shuffle.cu: missing"]
+
+
+def test_loss_name_check_fails_on_a_broken_copy(package_copy):
+    losses = set(problems.names())
+    assert not loss_literals(package_copy, losses) or LOSS_NAMES_STILL_OUTSIDE
+    _append(package_copy / "ops.py", 'def _which(problem):\n    """Says "kl_div" in prose: fine."""\n'
+                                     '    return problem == "kl_div" or "cross_entropy/valid_mean.cu"')
+    _append(package_copy / "problems" / "kl_div" / "host.py", 'OWN = "kl_div", "cross_entropy"')
+    found = [f for f in loss_literals(package_copy, losses) if f.split(":")[0] not in LOSS_NAMES_STILL_OUTSIDE]
+    assert sorted(f.split(": ", 1)[1] for f in found) == ["'cross_entropy'", "'cross_entropy/valid_mean.cu'",
+                                                          "'kl_div'"]
+    assert found[-1].startswith("losslab/problems/kl_div/host.py:")  # its own name is fine there, another's not
 
 
 def test_test_import_check_fails_on_a_test_importing_another(tmp_path):

@@ -84,7 +84,7 @@ def test_host_code_is_the_packages_own(problem):
 
     from losslab.problems import launch
 
-    module = sys.modules[type(problems.get(problem)).__module__]
+    module = problems.get(problem).host
     text = export.host_code(problem)
     for function in (module.forward, module.backward, module.validate_inputs, launch.launch_values):
         assert inspect.getsource(function) in text

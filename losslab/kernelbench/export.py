@@ -6,10 +6,10 @@ The file is :mod:`losslab.kernelbench.solution_template` filled in, self-contain
 torch and nvcc, nothing of losslab):
 
 * ``Model``, ``get_inputs()``, ``get_init_inputs()``: the problem's KernelBench file
-  (``losslab/kernelbench/references/<problem>.py``), at the problem's seed size;
+  (``losslab/problems/<problem>/kernelbench.py``), at the problem's seed size;
 * the host code, copied from the package so that the solution launches exactly as losslab
   does: the problem's ``validate_inputs``, ``forward`` and ``backward``
-  (``losslab/problems/<problem>.py``) and what they use of ``losslab/validation.py`` and
+  (``losslab/problems/<problem>/host.py``) and what they use of ``losslab/validation.py`` and
   ``losslab/problems/launch.py``;
 * ``CUDA_SOURCE``: the rung's ``.cu``, the problem's other stages (e.g.
   ``cross_entropy/valid_mean.cu``) and ``kernels/common/*.cu``, with every local header
@@ -25,7 +25,6 @@ import ast
 import functools
 import inspect
 import re
-import sys
 from pathlib import Path
 
 from losslab import problems, validation
@@ -33,7 +32,6 @@ from losslab.build import CSRC, KERNELS, ROOT
 from losslab.problems import launch
 
 TEMPLATE = Path(__file__).with_name("solution_template.py")
-REFERENCES = Path(__file__).with_name("references")
 HOST_FUNCTIONS = ("validate_inputs", "forward", "backward")  # what the template calls
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 _PRAGMA_ONCE = re.compile(r"^\s*#\s*pragma\s+once\b")
@@ -147,7 +145,7 @@ def host_code(problem: str) -> str:
     Constants are copied as their module writes them, not as their values are now: a cache
     such as ``launch._STREAM_SCRATCH`` starts empty in the solution, whatever this process
     has put in it."""
-    scopes = [sys.modules[type(problems.get(problem)).__module__], launch, validation]
+    scopes = [problems.get(problem).host, launch, validation]
     found: dict[str, tuple[object, object]] = {}
     constants: dict[str, tuple[int, int, str]] = {}  # name -> (scope, line, its assignment's source)
     todo = list(HOST_FUNCTIONS)
@@ -204,7 +202,7 @@ def export_solution(problem: str, variant: str) -> str:
     """
     spec = problems.get(problem)
     rung = spec.rung(variant)
-    reference = REFERENCES / f"{problem}.py"
+    reference = problems.get(problem).kernelbench_file
     if not reference.is_file():
         raise ExportError(f"problem: no KernelBench file for {problem!r} (expected {reference})")
     values = {

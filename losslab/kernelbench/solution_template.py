@@ -23,15 +23,18 @@ import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 
-# >>> reference: the problem's KernelBench file (losslab/kernelbench/references/<problem>.py)
-from losslab.kernelbench.references.kl_div import Model, batch_size, get_init_inputs, get_inputs  # noqa: F401
+# The blocks below are replaced in this order, so they keep it.
+# isort: off
+# >>> reference: the problem's KernelBench file (losslab/problems/<problem>/kernelbench.py)
+from losslab.problems.kl_div.kernelbench import Model, batch_size, get_init_inputs, get_inputs  # noqa: F401
 
 # <<< reference
 # >>> host: losslab's input checks and launch path (losslab/validation.py, losslab/problems/launch.py)
-# and the problem's host functions (validate_inputs, forward, backward in losslab/problems/<problem>.py)
+# and the problem's host functions (validate_inputs, forward, backward in losslab/problems/<problem>/host.py)
 from losslab.problems.kl_div import backward, forward, validate_inputs
 
 # <<< host
+# isort: on
 
 PROBLEM = "kl_div"  # export: the problem's name
 RUNG = "vectorized"  # export: the rung's name

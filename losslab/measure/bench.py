@@ -27,10 +27,8 @@ __all__ = ["PEERS", "SWEEP_SHAPES", "SWEEP_DIRECTIONS", "BenchRow", "Skipped", "
            "sweep_table_text"]
 
 # The sweep: each problem from launch-bound (128 rows) to LLM-sized rows, the seed size among them.
-SWEEP_SHAPES: dict[str, tuple[tuple[int, int], ...]] = {
-    "cross_entropy": ((128, 4096), (2048, 4096), (32768, 4096), (8192, 32768), (4096, 131072), (2048, 262144)),
-    "kl_div": ((128, 4096), (2048, 16384), (16384, 16384), (2048, 131072)),
-}
+SWEEP_SHAPES: dict[str, tuple[tuple[int, int], ...]] = {name: problems.get(name).sweep_shapes
+                                                         for name in problems.names()}
 SWEEP_DIRECTIONS = ("forward", "forward_backward")
 SERIAL_COLUMNS = 16384  # naive walks a row in one thread: above this many columns a call takes many ms
 SERIAL_US_PER_COLUMN = 0.27  # about naive's time per column at the seed sizes (kl_div, two inputs; H200)

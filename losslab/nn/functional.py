@@ -111,7 +111,7 @@ def kl_div(input: torch.Tensor, target: torch.Tensor, size_average=None, reduce=
         raise TypeError(f"kl_div(): argument 'target' must be Tensor, not {type(target).__name__}")
     if isinstance(input, torch.Tensor) and not (input.is_floating_point() and target.is_floating_point()):
         raise RuntimeError("kl_div: Integral inputs not supported.")
-    _require_input("input", input, "kl_div")
+    _require_input("input", input, kl_div.__name__)
     _require_no_target_grad(target)
     # broadcast_shapes costs more host time than a whole small launch: equal shapes skip it
     shape = input.shape if input.shape == target.shape else torch.broadcast_shapes(input.shape, target.shape)

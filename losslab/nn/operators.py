@@ -26,6 +26,7 @@ from __future__ import annotations
 import torch
 
 from losslab import build
+from losslab.problems import Problem
 from losslab.problems import cross_entropy as ce_host
 from losslab.problems import kl_div as kl_host
 from losslab.problems.launch import launch
@@ -33,13 +34,16 @@ from losslab.problems.launch import launch
 NAMESPACE = "losslab"
 _LIBRARY = torch.library.Library(NAMESPACE, "FRAGMENT")
 _EXTENSIONS: dict[str, object] = {}
+CROSS_ENTROPY, KL_DIV = ce_host.PROBLEM, kl_host.PROBLEM
+# The fused backward launcher's inputs before grad_loss (kernels/<problem>/launchers.h), unread when it scales.
+UNREAD_BEFORE_GRAD_LOSS = {KL_DIV.name: 2, CROSS_ENTROPY.name: 5}
 
 
-def _ext(problem: str):
+def _ext(problem: Problem):
     """The problem's built extension (built at the first call)."""
-    if problem not in _EXTENSIONS:
-        _EXTENSIONS[problem] = build.load_extension(problem)
-    return _EXTENSIONS[problem]
+    if problem.name not in _EXTENSIONS:
+        _EXTENSIONS[problem.name] = build.load_extension(problem.name)
+    return _EXTENSIONS[problem.name]
 
 
 def _define(name: str, schema: str, kernel, fake) -> torch._ops.OpOverload:
@@ -54,15 +58,16 @@ def _eager(tensor: torch.Tensor) -> bool:
     return type(tensor) is torch.Tensor and tensor.device.type == "cuda" and not torch.compiler.is_compiling()
 
 
-def _scale_grad(ctx, problem: str, grad: torch.Tensor, grad_loss: torch.Tensor) -> torch.Tensor:
-    """The forward's gradient times grad_loss (see the module docstring)."""
+def _scale_grad(ctx, problem: Problem, grad: torch.Tensor, grad_loss: torch.Tensor) -> torch.Tensor:
+    """The forward's gradient times grad_loss (see the module docstring). The fused backward
+    launcher scales in place; it reads none of the inputs before grad_loss (null pointers)."""
     if _eager(grad) and _eager(grad_loss):
         if ctx.scaled:
-            raise RuntimeError(f"losslab {problem}: backward can run once per forward when the fused kernel "
+            raise RuntimeError(f"losslab {problem.name}: backward can run once per forward when the fused kernel "
                                "wrote the gradient (it scales it in place); run the forward again")
         ctx.scaled = True
         scale = grad_loss.to(device=grad.device, dtype=grad.dtype)  # the scale kernel reads it in that dtype
-        nulls = (None, None) if problem == "kl_div" else (None,) * 5  # the inputs it does not read
+        nulls = (None,) * UNREAD_BEFORE_GRAD_LOSS[problem.name]
         launch(_ext(problem).fused_backward, grad.device, *nulls, scale, grad, grad.numel(), 1, grad.dtype)
         return grad
     return (grad.float() * grad_loss.float()).to(grad.dtype)
@@ -79,7 +84,7 @@ def _ce_loss_fake(input, reduction):
 
 
 def _ce_forward_kernel(input, target, probs, weight, ignore_index, label_smoothing, reduction):
-    loss, state, _ = ce_host.options_forward(_ext("cross_entropy"), "vectorized", input, target, probs, weight,
+    loss, state, _ = ce_host.options_forward(_ext(CROSS_ENTROPY), "vectorized", input, target, probs, weight,
                                              ignore_index, label_smoothing, reduction, False)
     return (loss, *state)
 
@@ -89,14 +94,14 @@ def _ce_forward_fake(input, target, probs, weight, ignore_index, label_smoothing
 
 
 def _ce_forward_grad_kernel(input, target, probs, weight, ignore_index, label_smoothing, reduction):
-    loss, _, grad = ce_host.options_forward(_ext("cross_entropy"), "fused", input, target, probs, weight,
+    loss, _, grad = ce_host.options_forward(_ext(CROSS_ENTROPY), "fused", input, target, probs, weight,
                                             ignore_index, label_smoothing, reduction, True, keep_state=False)
     return loss, grad
 
 
 def _ce_infer(input, target, probs, weight, ignore_index, label_smoothing, reduction):
     """The loss alone (no autograd, no state kept)."""
-    return ce_host.options_forward(_ext("cross_entropy"), "vectorized", input, target, probs, weight, ignore_index,
+    return ce_host.options_forward(_ext(CROSS_ENTROPY), "vectorized", input, target, probs, weight, ignore_index,
                                    label_smoothing, reduction, False, keep_state=False)[0]
 
 
@@ -106,7 +111,7 @@ def _ce_forward_grad_fake(input, target, probs, weight, ignore_index, label_smoo
 
 def _ce_backward_kernel(input, target, probs, weight, row_max, row_log_sum, row_coef, denominators, grad_loss,
                         ignore_index, label_smoothing, reduction):
-    return ce_host.options_backward(_ext("cross_entropy"), input, target, probs, weight,
+    return ce_host.options_backward(_ext(CROSS_ENTROPY), input, target, probs, weight,
                                     (row_max, row_log_sum, row_coef, denominators), grad_loss, ignore_index,
                                     label_smoothing, reduction)
 
@@ -146,7 +151,7 @@ def _ce_setup_grad(ctx, inputs, output):
 
 def _ce_backward_scale(ctx, grad_loss, _unused):
     (grad,) = ctx.saved_tensors
-    return _scale_grad(ctx, "cross_entropy", grad, grad_loss), None, None, None, None, None, None
+    return _scale_grad(ctx, CROSS_ENTROPY, grad, grad_loss), None, None, None, None, None, None
 
 
 torch.library.register_autograd(ce_forward, _ce_backward, setup_context=_ce_setup, lib=_LIBRARY)
@@ -162,7 +167,7 @@ def _kl_loss_fake(input, reduction):
 
 
 def _kl_forward_kernel(input, target, reduction, log_target):
-    return kl_host.options_forward(_ext("kl_div"), "vectorized", input, target, reduction, log_target, False)[0]
+    return kl_host.options_forward(_ext(KL_DIV), "vectorized", input, target, reduction, log_target, False)[0]
 
 
 def _kl_forward_fake(input, target, reduction, log_target):
@@ -170,7 +175,7 @@ def _kl_forward_fake(input, target, reduction, log_target):
 
 
 def _kl_forward_grad_kernel(input, target, reduction, log_target):
-    return kl_host.options_forward(_ext("kl_div"), "fused", input, target, reduction, log_target, True)
+    return kl_host.options_forward(_ext(KL_DIV), "fused", input, target, reduction, log_target, True)
 
 
 def _kl_forward_grad_fake(input, target, reduction, log_target):
@@ -178,7 +183,7 @@ def _kl_forward_grad_fake(input, target, reduction, log_target):
 
 
 def _kl_backward_kernel(target, grad_loss, reduction, log_target):
-    return kl_host.options_backward(_ext("kl_div"), target, grad_loss, reduction, log_target)
+    return kl_host.options_backward(_ext(KL_DIV), target, grad_loss, reduction, log_target)
 
 
 def _kl_backward_fake(target, grad_loss, reduction, log_target):
@@ -214,7 +219,7 @@ def _kl_setup_grad(ctx, inputs, output):
 
 def _kl_backward_scale(ctx, grad_loss, _unused):
     (grad,) = ctx.saved_tensors
-    return _scale_grad(ctx, "kl_div", grad, grad_loss), None, None, None
+    return _scale_grad(ctx, KL_DIV, grad, grad_loss), None, None, None
 
 
 torch.library.register_autograd(kl_forward, _kl_backward, setup_context=_kl_setup, lib=_LIBRARY)
@@ -249,7 +254,7 @@ class EagerCrossEntropy(_EagerLoss):
 
     @staticmethod
     def forward(ctx, fused, input, target, probs, weight, ignore_index, label_smoothing, reduction):
-        ctx.problem, ctx.fused, ctx.scaled, ctx.num_rest = "cross_entropy", fused, False, 6
+        ctx.problem, ctx.fused, ctx.scaled, ctx.num_rest = CROSS_ENTROPY, fused, False, 6
         if fused:
             loss, grad = _ce_forward_grad_kernel(input, target, probs, weight, ignore_index, label_smoothing,
                                                  reduction)
@@ -266,7 +271,7 @@ class EagerKLDiv(_EagerLoss):
 
     @staticmethod
     def forward(ctx, fused, input, target, reduction, log_target):
-        ctx.problem, ctx.fused, ctx.scaled, ctx.num_rest = "kl_div", fused, False, 3
+        ctx.problem, ctx.fused, ctx.scaled, ctx.num_rest = KL_DIV, fused, False, 3
         if fused:
             loss, grad = _kl_forward_grad_kernel(input, target, reduction, log_target)
             ctx.save_for_backward(grad)

@@ -3,8 +3,11 @@ and :class:`Cost` model (the problems themselves are the sibling modules; see
 :mod:`losslab.problems`)."""
 from __future__ import annotations
 
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
 
 import torch
 
@@ -102,8 +105,16 @@ class Problem:
 
     name: str
     input_names: tuple[str, ...]
+    host: ModuleType  # the package's ``host`` module: validate_inputs, forward and backward of every rung
     rungs: tuple[Rung, ...] = LADDER
     sizes: dict[str, tuple[int, int]]  # size name -> (rows, columns); "seed" is the default
+    sweep_shapes: tuple[tuple[int, int], ...] = ()  # from launch-bound (128 rows) to LLM-sized, the seed among them
+
+    @property
+    def kernelbench_file(self) -> Path:
+        """KernelBench's problem file (``Model``, ``get_inputs``, ``get_init_inputs``) as KernelBench
+        writes it: ``kernelbench.py`` of the loss's package."""
+        return Path(sys.modules[type(self).__module__].__file__).with_name("kernelbench.py")
 
     @property
     def variants(self) -> tuple[str, ...]:
@@ -144,6 +155,24 @@ class Problem:
         """Named inputs where hand-written kernels usually go wrong, each with a one-line reason
         as the key."""
         raise NotImplementedError
+
+    def liger_op(self) -> Callable[..., torch.Tensor]:
+        """Liger-Kernel's op for this loss, with the reference's signature (a peer).
+
+        Raises:
+            ImportError: Liger-Kernel is not installed.
+            LookupError: Liger-Kernel has no such loss (the message says so).
+        """
+        raise LookupError(f"Liger-Kernel has no {self.name}")
+
+    def quack_op(self) -> Callable[..., torch.Tensor]:
+        """quack's op for this loss (Dao-AILab's quack-kernels), with the reference's signature.
+
+        Raises:
+            ImportError: quack-kernels is not installed.
+            LookupError: quack has no such loss, or this GPU cannot run it (the message says which).
+        """
+        raise LookupError(f"quack-kernels has no {self.name}")
 
     def check_values(self, *inputs: torch.Tensor) -> None:
         """Raise ValueError if the inputs' values cannot give a loss (e.g. a class index out of

@@ -24,7 +24,7 @@ def measured_sources(problem: str, root: Path | None = None) -> list[Path]:
     """Every file a measurement of ``problem`` depends on, sorted: ``kernels/common``,
     ``kernels/<problem>`` and ``kernels/ceilings`` (the bandwidth ceilings the rows are a fraction
     of), the bindings in ``losslab/build/csrc`` (but other problems'), the host launch code in
-    ``losslab/problems`` (but other problems' modules) and ``losslab/ops.py``, and the build
+    ``losslab/problems`` (but other problems' packages) and ``losslab/ops.py``, and the build
     module that holds the compiler flags. ``root``: the repository (default this one).
 
     The teaching ladder (``kernels/<problem>/ladder/`` and its binding) is left out: no record
@@ -37,7 +37,8 @@ def measured_sources(problem: str, root: Path | None = None) -> list[Path]:
     files = [*_files(kernels / "common"), *own, *_files(kernels / "ceilings")]
     files += [p for p in _files(root / build.CSRC.relative_to(ROOT))
               if p.stem not in others and not p.stem.endswith(f"_{LADDER}")]
-    files += [p for p in _files(root / "losslab" / "problems") if p.suffix == ".py" and p.stem not in others]
+    packages = root / "losslab" / "problems"
+    files += [p for p in _files(packages) if p.suffix == ".py" and p.relative_to(packages).parts[0] not in others]
     files += [root / "losslab" / "ops.py", root / builder]
     return sorted(set(files))
 

@@ -17,6 +17,7 @@ from losslab import build, problems
 from losslab.measure.ncu import find_ncu
 from losslab.present.html import Html
 from losslab.present.html import table as html_table
+from losslab.problems import kl_div
 from losslab.teach.exercises import EXERCISES
 
 
@@ -92,8 +93,8 @@ def _rungs(problem: str) -> str:
 
 
 NOTEBOOKS = (
-    ("01_kl_div", f"The KL-divergence ladder: the loss, the cost model, {_rungs('kl_div')} side by side, checks, "
-     "timings.",
+    ("01_kl_div", f"The KL-divergence ladder: the loss, the cost model, {_rungs(kl_div.PROBLEM.name)} side by side, "
+     "checks, timings.",
      "measures every rung live", "renders the newest recorded results"),
     ("02_cross_entropy", "The cross-entropy ladder, told the same way (ignore_index, log-sum-exp).",
      "measures every rung live", "renders the newest recorded results"),

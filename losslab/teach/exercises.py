@@ -25,7 +25,6 @@ is fine), and compile errors get hints for common slips.
 from __future__ import annotations
 
 import html
-import importlib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,6 +34,7 @@ import torch
 
 from losslab import build, problems
 from losslab.present.html import Html
+from losslab.problems import cross_entropy, kl_div
 from losslab.teach import custom, isolated
 from losslab.teach.custom.evaluation import CHECK_TIMEOUT_S
 
@@ -113,8 +113,9 @@ class Exercise:
         return ROOT / "solutions" / self.problem / f"{self.key}.cu"
 
 
+KL_DIV, CROSS_ENTROPY = kl_div.PROBLEM.name, cross_entropy.PROBLEM.name  # the losses of the exercises
 EXERCISES = (
-    Exercise("coalesce", "kl_div", "shared_memory", "Coalesce the row loop",
+    Exercise("coalesce", KL_DIV, "shared_memory", "Coalesce the row loop",
              "One block per row: the block's threads must share the row so that, at each step of the loop, "
              "the 32 lanes of a warp read 32 consecutive floats (one 128-byte line), and every element is "
              "added exactly once.", 10,
@@ -123,20 +124,20 @@ EXERCISES = (
                         "from one iteration's element to the next for one thread: 256 floats (0x400 bytes) when "
                         "a thread steps over the block's other threads, 4 bytes when it walks its own run of "
                         "consecutive floats (uncoalesced across lanes)", test=_strided_loads),)),
-    Exercise("warp_shuffle", "kl_div", "warp_shuffle", "Sum a warp with shuffles",
+    Exercise("warp_shuffle", KL_DIV, "warp_shuffle", "Sum a warp with shuffles",
              "Write warp_sum: the sum of `value` over the 32 lanes of the warp, exchanged through registers "
              "(no shared memory, no barrier). block_sum uses lane 0's result.", 15, (SHUFFLE,)),
-    Exercise("vectorize", "kl_div", "vectorized", "Vectorize the loads, with head and tail",
+    Exercise("vectorize", KL_DIV, "vectorized", "Vectorize the loads, with head and tail",
              "Read the aligned middle of each row with 16-byte float4 loads and every other element exactly "
              "once, on any width and any alignment of the row.", 20,
              (SassCheck("16-byte loads (LDG.E.128)", "one instruction moves four floats", any_of=("LDG.E.128",)),)),
-    Exercise("online_softmax", "cross_entropy", "warp_shuffle", "Combine two online-softmax states",
+    Exercise("online_softmax", CROSS_ENTROPY, "warp_shuffle", "Combine two online-softmax states",
              "Write combine: the (max, sum) state of the union of two parts of a row, from each part's "
              "(max, sum of exp(x - max)), exact for any logits (1e4 included) and for an empty part "
              "(max -FLT_MAX, sum 0).", 20,
              (SHUFFLE, SassCheck("exponentials on the special-function unit (MUFU.EX2)",
                                  "expf rescales each sum", any_of=("MUFU.EX2",)))),
-    Exercise("fused", "kl_div", "fused", "Fuse the gradient into the forward",
+    Exercise("fused", KL_DIV, "fused", "Fuse the gradient into the forward",
              "While the forward reads p and t for the loss, write dL/dp for grad_loss = 1 into "
              "grad_predictions, so the backward only scales it by grad_loss.", 15, fused=True),
 )
@@ -251,7 +252,7 @@ class FusedVariant(custom.CustomVariant):
 
     def _host(self):
         """The problem's module whose forward/backward run any rung's launchers (as custom's own)."""
-        return importlib.import_module(type(problems.get(self.problem)).__module__)
+        return problems.get(self.problem).host
 
     def launch_forward(self, inputs, out=None, needs_grad=False, grad_out=None):
         return self._host().forward(self.module.custom_forward, True, *inputs, out=out, grad_out=grad_out)

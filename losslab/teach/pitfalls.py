@@ -41,9 +41,11 @@ import torch
 from losslab import build, problems, records
 from losslab.present.html import Html
 from losslab.present.html import table as html_table
+from losslab.problems import cross_entropy, kl_div
 from losslab.teach import custom, isolated
 
 SOURCES = build.ROOT / "pitfalls"
+KL_DIV, CROSS_ENTROPY = kl_div.PROBLEM.name, cross_entropy.PROBLEM.name  # the losses the pitfalls are in
 RECORDS = records.RESULTS_DIR / "pitfalls"  # a subfolder: records.load_records reads only *.json at the top
 CHECK_SIZES = ("small", "odd")
 DETERMINISM_SHAPE, DETERMINISM_RUNS = (4096, 4096), 20
@@ -85,57 +87,57 @@ class Pitfall:
 
 
 PITFALLS = (
-    Pitfall("wrong_direction", "kl_div", "KL computed in the wrong direction",
+    Pitfall("wrong_direction", KL_DIV, "KL computed in the wrong direction",
             "sum p * log(p / t), i.e. KL(p || t), where F.kl_div(log p, t) is KL(t || p)",
             "forward error far above 1e-5 on every random input"),
-    Pitfall("batchmean_bd", "kl_div", "batchmean divided by B * D instead of B",
+    Pitfall("batchmean_bd", KL_DIV, "batchmean divided by B * D instead of B",
             "the total divided by the number of elements (reduction='mean')",
             "forward error 1 - 1/D: the loss is D times too small"),
-    Pitfall("epsilon", "kl_div", "An epsilon added to both inputs",
+    Pitfall("epsilon", KL_DIV, "An epsilon added to both inputs",
             "kl_div_term(p + 1e-8, t + 1e-8)",
             "a finite loss where PyTorch gives +inf (a zero prediction), and a shifted loss elsewhere"),
-    Pitfall("int32_targets", "cross_entropy", "int64 targets read as int32",
+    Pitfall("int32_targets", CROSS_ENTROPY, "int64 targets read as int32",
             "targets taken as const int*: row r reads half of target r / 2",
             "forward error on every random input, no error raised"),
-    Pitfall("atomic_add", "kl_div", "A float atomicAdd reduction",
+    Pitfall("atomic_add", KL_DIV, "A float atomicAdd reduction",
             "each block atomicAdds its row's sum into the loss (order changes from run to run)",
             "the same inputs give different losses: the rerun differs, several distinct values over 20 runs",
             caught_by="the checker's rerun (same inputs, another loss) and the determinism probe",
             probe="determinism"),
-    Pitfall("item_sync", "kl_div", "A host .item() sync inside forward",
+    Pitfall("item_sync", KL_DIV, "A host .item() sync inside forward",
             "the wrapper checks the loss with loss.isfinite().item() after launching",
             "correct values, but the host waits for the GPU on every call: with GPU work queued ahead, "
             "the host returns only when that work is done",
             host=True, caught_by="torch.cuda.set_sync_debug_mode('warn') and the host timeline", probe="timeline"),
-    Pitfall("one_element", "kl_div", "A 1-element tensor returned instead of a 0-d tensor",
+    Pitfall("one_element", KL_DIV, "A 1-element tensor returned instead of a 0-d tensor",
             "the wrapper returns the loss with shape (1,), as from torch.empty(1)",
             "the output shape (1,) where the reference's is ()", host=True),
-    Pitfall("missing_sync", "kl_div", "A missing __syncthreads()",
+    Pitfall("missing_sync", KL_DIV, "A missing __syncthreads()",
             "shared_memory's tree reads other warps' slots with no barrier after the slots are written",
             "a race: wrong losses that change from run to run (which slots are stale depends on timing)",
             caught_by="compute-sanitizer --tool racecheck (hazards on partial); the checker's rerun; the CPU "
                       "simulator (shared memory starts as NaN, and a second thread order)",
             probe="racecheck", cuda=True, simulated_as="coalesce"),
-    Pitfall("misaligned_float4", "kl_div", "A misaligned float4 load",
+    Pitfall("misaligned_float4", KL_DIV, "A misaligned float4 load",
             "vectorized without the scalar head: float4 loads from row starts that are not 16-byte aligned",
             "the aligned 128 x 4096 passes; at 257 x 4099 row 1 starts 12 bytes past a boundary: "
             "'misaligned address', the CUDA context lost",
             caught_by="the child process: the fault is its verdict, the parent's CUDA context stays usable; the "
                       "CPU simulator names the row and line",
             cuda=True, simulated_as="vectorize"),
-    Pitfall("broken_tail", "kl_div", "A broken scalar tail",
+    Pitfall("broken_tail", KL_DIV, "A broken scalar tail",
             "vectorized with every thread running the whole tail (each tail element added 256 times)",
             "right at 128 x 4096 (no tail), wrong at 257 x 4099 and on the odd edge cases",
             caught_by="the checker at an odd width; the CPU simulator's one-hot probe names the tail",
             cuda=True, simulated_as="vectorize"),
-    Pitfall("int32_index", "kl_div", "An int32 index past 2^31 elements",
+    Pitfall("int32_index", KL_DIV, "An int32 index past 2^31 elements",
             "the row start blockIdx.x * D stored in an int",
             "every check at the usual sizes passes; at 32769 x 65536 (2^31 + 65536 elements, 17.2 GB) row 32768 "
             "starts at -2^31: an illegal address (or a wrong loss where that memory happens to be mapped)",
             caught_by="only a run past 2^31 elements (the large probe, in its own child); a review rule: "
                       "int64_t for every index into a tensor",
             probe="large", cuda=True),
-    Pitfall("bank_conflicts", "kl_div", "Shared-memory bank conflicts",
+    Pitfall("bank_conflicts", KL_DIV, "Shared-memory bank conflicts",
             "shared_memory's store of each thread's sum into a permuted slot, lanes 8 floats apart (4 banks)",
             "right values; each warp's store replayed 8 times: about 7 conflicts per warp and row in the "
             "st counter, ~0 for the rung; too few stores (one per thread per row) to move the time",
@@ -156,7 +158,7 @@ class HostPitfall(custom.PythonVariant):
     """A wrapper mistake around a correct kernel: the shipped ``rung``'s launchers, with the
     host-side code of pitfall ``key`` around them."""
 
-    def __init__(self, key: str, problem: str = "kl_div", rung: str = "warp_shuffle"):
+    def __init__(self, key: str, problem: str = KL_DIV, rung: str = "warp_shuffle"):
         self.key, self.problem, self.rung = key, problem, rung
         self.name = f"pitfall_{key}"
 
@@ -262,8 +264,8 @@ def launch_once(key: str | None, rows: int, cols: int, rung: str | None = None) 
     profiler runs execute (``python -c``)."""
     from losslab.ops import variant as shipped
 
-    fn = variant(key) if key else shipped("kl_div", rung)
-    problem = get(key).problem if key else "kl_div"
+    fn = variant(key) if key else shipped(KL_DIV, rung)
+    problem = get(key).problem if key else KL_DIV
     inputs = problems.get(problem).make_inputs((rows, cols), seed=0, device="cuda")
     with torch.no_grad():
         loss = float(fn(*inputs))
@@ -367,7 +369,7 @@ def large_in_child(key: str, rung: str = "warp_shuffle") -> dict:
     for x in inputs:
         x /= x.sum(-1, keepdim=True)
     with torch.no_grad():
-        reference = float(shipped("kl_div", rung)(*inputs))
+        reference = float(shipped(KL_DIV, rung)(*inputs))
         torch.cuda.synchronize()
         got = float(variant(key)(*inputs))
         torch.cuda.synchronize()

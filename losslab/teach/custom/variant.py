@@ -10,7 +10,6 @@ which launch through ``losslab.problems.launch``), exactly as a shipped rung's d
 from __future__ import annotations
 
 import html
-import importlib
 from pathlib import Path
 
 import torch
@@ -29,7 +28,7 @@ def default_backward(problem: str) -> str:
 def _host(problem: str):
     """The module of ``problem`` whose ``forward(launcher, write_grad, *inputs, out=, grad_out=)``
     and ``backward(launcher, grad_in_forward, saved, grad_loss, out=)`` run any bound launcher."""
-    return importlib.import_module(type(problems.get(problem)).__module__)
+    return problems.get(problem).host
 
 
 class _VariantFunction(torch.autograd.Function):
