@@ -19,6 +19,7 @@ from losslab.build.extension import (
     dtype_code,
     extension_name,
     find_cuda_home,
+    find_tool,
     load_extension,
     nvcc_path,
     sources,
@@ -28,5 +29,6 @@ from losslab.build.sass import KernelResources, compile_cubin, disassemble, find
 __all__ = [
     "CSRC", "DEFAULT_ARCHS", "KERNELS", "NVCC_FLAGS", "ROOT", "BuildError", "KernelResources", "compile_cubin",
     "compile_error_line", "cuda_arch_list", "define_flags", "disassemble", "dtype_code", "extension_name",
-    "find_cuda_home", "find_cuobjdump", "knobs", "load_extension", "nvcc_path", "resource_usage", "sources",
+    "find_cuda_home", "find_cuobjdump", "find_tool", "knobs", "load_extension", "nvcc_path", "resource_usage",
+    "sources",
 ]

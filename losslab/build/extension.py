@@ -68,6 +68,19 @@ def nvcc_path() -> Path:
     return find_cuda_home() / "bin" / "nvcc"
 
 
+def find_tool(name: str) -> str | None:
+    """Path of one of the CUDA toolkit's programs (``ncu``, ``compute-sanitizer``, ``cuobjdump``)
+    on PATH, else in the toolkit's ``bin`` (:func:`find_cuda_home`), else None."""
+    found = shutil.which(name)
+    if found:
+        return found
+    try:
+        candidate = find_cuda_home() / "bin" / name
+    except (BuildError, OSError):
+        return None
+    return str(candidate) if candidate.is_file() else None
+
+
 def cuda_arch_list() -> str:
     """The architectures to build for: the visible GPU's, else DEFAULT_ARCHS (``"8.0;9.0"``)."""
     import torch

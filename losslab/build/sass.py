@@ -7,12 +7,11 @@ shared memory); ``disassemble`` gives each kernel's SASS.
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from losslab.build.extension import KERNELS, NVCC_FLAGS, BuildError, find_cuda_home, nvcc_path
+from losslab.build.extension import KERNELS, NVCC_FLAGS, BuildError, find_tool, nvcc_path
 
 
 @dataclass(frozen=True)
@@ -74,9 +73,8 @@ def find_cuobjdump() -> Path:
     Raises:
         BuildError: none found.
     """
-    candidates = [find_cuda_home() / "bin" / "cuobjdump"]
-    if shutil.which("cuobjdump"):
-        candidates.append(Path(shutil.which("cuobjdump")))
+    found = find_tool("cuobjdump")
+    candidates = [Path(found)] if found else []
     try:
         import nvidia  # namespace package of NVIDIA's wheels
 

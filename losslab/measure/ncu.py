@@ -41,7 +41,6 @@ import json
 import math
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -98,14 +97,7 @@ _CSV_COLUMNS = {"ID", "Process ID", "Process Name", "Host Name", "Kernel Name", 
 _OPCODE_PAIR = re.compile(r"\b([A-Z][A-Z0-9_]{1,15})(?:\.[A-Z0-9_.]+)?\b\W{1,4}?([0-9][0-9,]*(?:\.[0-9]+)?)")
 def find_ncu() -> str | None:
     """Path of ``ncu`` (Nsight Compute's command line) on PATH or in the CUDA toolkit, or None."""
-    found = shutil.which("ncu")
-    if found:
-        return found
-    try:
-        candidate = build.find_cuda_home() / "bin" / "ncu"
-    except build.BuildError:  # no toolkit either
-        return None
-    return str(candidate) if candidate.is_file() else None
+    return build.find_tool("ncu")
 
 
 

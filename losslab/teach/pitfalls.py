@@ -28,7 +28,6 @@ import html
 import io
 import json
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -274,17 +273,6 @@ def launch_once(key: str | None, rows: int, cols: int, rung: str | None = None) 
     return loss
 
 
-def _tool(name: str) -> str | None:
-    found = shutil.which(name)
-    if found:
-        return found
-    try:
-        candidate = build.find_cuda_home() / "bin" / name
-    except (build.BuildError, OSError, TypeError):
-        return None
-    return str(candidate) if candidate.is_file() else None
-
-
 def _python_launch(key: str | None, shape: tuple[int, int], rung: str | None = None) -> list[str]:
     call = f"from losslab.teach import pitfalls; pitfalls.launch_once({key!r}, {shape[0]}, {shape[1]}, {rung!r})"
     return [sys.executable, "-c", call]
@@ -313,7 +301,7 @@ def parse_racecheck(text: str, kernel: str = "") -> dict:
 
 def _racecheck(key: str, rung: str = "shared_memory") -> dict:
     """``compute-sanitizer --tool racecheck`` on one forward of the pitfall and of the shipped rung."""
-    sanitizer = _tool("compute-sanitizer")
+    sanitizer = build.find_tool("compute-sanitizer")
     if sanitizer is None:
         return {"tool": "compute-sanitizer racecheck", "error": "compute-sanitizer not found"}
     out = {"tool": "compute-sanitizer --tool racecheck", "shape": list(RACECHECK_SHAPE)}
@@ -345,7 +333,7 @@ def parse_ncu_metrics(text: str, metrics: tuple[str, ...] = BANK_METRICS) -> dic
 def _bank_conflicts(key: str, rung: str = "shared_memory") -> dict:
     """Nsight Compute's shared-memory bank-conflict counters for the pitfall's forward kernel and
     the shipped rung's, at ``BANK_SHAPE``."""
-    ncu = _tool("ncu")
+    ncu = build.find_tool("ncu")
     if ncu is None:
         return {"tool": "ncu", "error": "ncu not found"}
     out = {"tool": "ncu", "shape": list(BANK_SHAPE), "metrics": list(BANK_METRICS)}
