@@ -21,6 +21,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from losslab.build.ladder import support_sources
+
 HERE = Path(__file__).resolve().parent
 KERNELS = HERE.parents[2] / "kernels"
 CXX = os.environ.get("CXX_SIM", "g++")
@@ -176,17 +178,6 @@ def _atomic_dir(final: Path, fill) -> Path:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return final
-
-
-def support_sources(kernels: Path, problem: str) -> list[Path]:
-    """The .cu files linked beside a participant's source, as a custom build links them:
-    ``common/*.cu`` and the problem's files that are not rungs (launchers.h's
-    ``<PROBLEM>_RUNGS`` list names the rungs), e.g. cross_entropy's valid_mean.cu."""
-    launchers = (kernels / problem / "launchers.h").read_text()
-    rungs_line = re.search(r"#define\s+\w+_RUNGS\(X\)(.*)", launchers)
-    rungs = set(re.findall(r"X\((\w+)\)", rungs_line[1])) if rungs_line else set()
-    own = [p for p in sorted((kernels / problem).glob("*.cu")) if p.stem not in rungs]
-    return sorted((kernels / "common").glob("*.cu")) + own
 
 
 def _support(problem: str) -> Path:
