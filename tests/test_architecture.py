@@ -383,14 +383,17 @@ def test_every_rung_kernel_file_opens_with_its_idea():
 
 # Modules still to move their loss names into the loss packages (issue 24; emptied as they move).
 LOSS_NAMES_STILL_OUTSIDE: set[str] = {
-    "losslab/teach/simulator/diagnose.py", "losslab/present/evidence.py", "losslab/kernelbench/inputs.py",
-    "losslab/present/ladder.py", "losslab/teach/simulator/build.py", "losslab/teach/simulator/cases.py",
-    "losslab/kernelbench/solution_template.py", "losslab/teach/explorer.py", "losslab/teach/simulator/run.py"}
+    "losslab/present/evidence.py", "losslab/kernelbench/inputs.py", "losslab/teach/explorer.py"}
+# The one module allowed to name a loss, and why.
+NAMES_A_LOSS_ON_PURPOSE = {
+    "losslab/kernelbench/solution_template.py": "the template `losslab export` fills in: its placeholders hold "
+                                                "kl_div's values so that it imports as it stands",
+}
 
 
 def test_no_module_outside_a_loss_package_names_a_loss():
     found = [f for f in loss_literals(PACKAGE, set(problems.names()))
-             if f.split(":")[0] not in LOSS_NAMES_STILL_OUTSIDE]
+             if f.split(":")[0] not in LOSS_NAMES_STILL_OUTSIDE | set(NAMES_A_LOSS_ON_PURPOSE)]
     assert not found, "a string names a loss outside its package (losslab/problems/<loss>/): pass the Problem " \
                       "object, or move the code into the loss's package:\n" + "\n".join(found)
 
@@ -503,11 +506,12 @@ def test_header_check_fails_on_kernels_without_their_idea(tmp_path):
 
 def test_loss_name_check_fails_on_a_broken_copy(package_copy):
     losses = set(problems.names())
-    assert not loss_literals(package_copy, losses) or LOSS_NAMES_STILL_OUTSIDE
+    allowed = LOSS_NAMES_STILL_OUTSIDE | set(NAMES_A_LOSS_ON_PURPOSE)
+    assert not [f for f in loss_literals(package_copy, losses) if f.split(":")[0] not in allowed]
     _append(package_copy / "ops.py", 'def _which(problem):\n    """Says "kl_div" in prose: fine."""\n'
                                      '    return problem == "kl_div" or "cross_entropy/valid_mean.cu"')
     _append(package_copy / "problems" / "kl_div" / "host.py", 'OWN = "kl_div", "cross_entropy"')
-    found = [f for f in loss_literals(package_copy, losses) if f.split(":")[0] not in LOSS_NAMES_STILL_OUTSIDE]
+    found = [f for f in loss_literals(package_copy, losses) if f.split(":")[0] not in allowed]
     assert sorted(f.split(": ", 1)[1] for f in found) == ["'cross_entropy'", "'cross_entropy/valid_mean.cu'",
                                                           "'kl_div'"]
     assert found[-1].startswith("losslab/problems/kl_div/host.py:")  # its own name is fine there, another's not

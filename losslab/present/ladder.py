@@ -59,13 +59,22 @@ def side_by_side(problem: str, left: str, right: str) -> Html:
 
 
 # helpers a rung relies on, shown inlined in a diff where the rung first uses them:
-# name called -> (header under kernels/, the definitions to show from it)
+# name called -> the definitions to show (from the kernel header that defines the first)
 HELPERS = {
-    "block_reduce_sum": ("common/reduce.cuh", ("warp_reduce", "block_reduce")),
-    "load_pack": ("common/vector_load.cuh", ("load_pack",)),
-    "block_reduce_logsumexp": ("cross_entropy/cross_entropy.cuh", ("warp_reduce_logsumexp", "block_reduce_logsumexp")),
-    "lse_add": ("cross_entropy/cross_entropy.cuh", ("lse_raise_max", "lse_add")),
+    "block_reduce_sum": ("warp_reduce", "block_reduce"),
+    "load_pack": ("load_pack",),
+    "block_reduce_logsumexp": ("warp_reduce_logsumexp", "block_reduce_logsumexp"),
+    "lse_add": ("lse_raise_max", "lse_add"),
 }
+
+
+def defining_header(name: str) -> str:
+    """The header under ``kernels/`` (as ``common/reduce.cuh``) that defines the device function
+    ``name``. Raises LookupError if none does."""
+    for path in sorted(KERNELS.rglob("*.cuh")):
+        if re.search(rf"__device__[^;{{]*\b{name}\(", path.read_text()):
+            return path.relative_to(KERNELS).as_posix()
+    raise LookupError(f"no header under {KERNELS} defines {name}()")
 
 
 def helper_source(header: str, name: str) -> str:
@@ -103,9 +112,10 @@ def rung_diff(problem: str, lower: str, upper: str, context: int = 2) -> Html:
         out.append(line)
         if not line.startswith("+") or line.startswith("+++"):
             continue
-        for called, (header, names) in HELPERS.items():
+        for called, names in HELPERS.items():
             if called not in shown and re.search(rf"\b{called}\(", line):
                 shown.add(called)
+                header = defining_header(names[0])
                 body = "\n".join(helper_source(header, n) for n in names)
                 out += [f"|   {text}" for text in [f"--- {called}, from kernels/{header}:", *body.splitlines(),
                                                       "--- end of helper"]]

@@ -23,6 +23,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from losslab.problems import cross_entropy, kl_div
+
+KL_DIV, CROSS_ENTROPY = kl_div.PROBLEM.name, cross_entropy.PROBLEM.name  # the losses with cases here
+
 
 @dataclass
 class Case:
@@ -201,7 +205,7 @@ class ProblemSpec:
 
 
 PROBLEMS = {
-    "kl_div": ProblemSpec(kl_div_cases, kl_div_reference, kl_div_manifest_line),
-    "cross_entropy": ProblemSpec(cross_entropy_cases, cross_entropy_reference, cross_entropy_manifest_line,
+    KL_DIV: ProblemSpec(kl_div_cases, kl_div_reference, kl_div_manifest_line),
+    CROSS_ENTROPY: ProblemSpec(cross_entropy_cases, cross_entropy_reference, cross_entropy_manifest_line,
                                  (("row_max", np.float32), ("row_log_sum", np.float32), ("counts", np.int64))),
 }

@@ -46,9 +46,9 @@ class ExerciseText:
 
 
 EXERCISES = {
-    "coalesce": ExerciseText("kl_div", zero="no element is added (the loop over the row is missing)"),
+    "coalesce": ExerciseText(case_lib.KL_DIV, zero="no element is added (the loop over the row is missing)"),
     "warp_shuffle": ExerciseText(
-        "kl_div",
+        case_lib.KL_DIV,
         zero=("lane 0 holds only one lane's value, nothing is summed (value = __shfl_xor_sync(...) replaces "
               "the value): a shuffle result must be added"),
         one_lane="(warp_sum returns its input unchanged: it must add the other lanes' values)",
@@ -56,9 +56,9 @@ EXERCISES = {
                         "__shfl_down_sync is fine here: block_sum uses only lane 0's result, which SHFL.DOWN leaves "
                         "complete (the machine-code check looks for SHFL.BFLY, the butterfly that leaves the sum in "
                         "every lane; with SHFL.DOWN the other lanes hold partial sums)"),)),
-    "vectorize": ExerciseText("kl_div", row_parts=True),
-    "online_softmax": ExerciseText("cross_entropy", special="online_softmax"),
-    "fused": ExerciseText("kl_div", special="fused"),
+    "vectorize": ExerciseText(case_lib.KL_DIV, row_parts=True),
+    "online_softmax": ExerciseText(case_lib.CROSS_ENTROPY, special="online_softmax"),
+    "fused": ExerciseText(case_lib.KL_DIV, special="fused"),
 }
 PROBLEM_OF = {key: text.problem for key, text in EXERCISES.items()}
 RTOL, ATOL = 1e-4, 1e-5

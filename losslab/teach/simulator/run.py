@@ -212,7 +212,7 @@ def _run_from(exe: Path, manifest: Path, folder: Path, first: int, count: int, o
         return -9, out, "@@SIM {\"kind\": \"timeout\"}"
 
 
-def run(source: str | os.PathLike, problem: str = "kl_div", case_list: list[case_lib.Case] | None = None, *,
+def run(source: str | os.PathLike, problem: str = case_lib.KL_DIV, case_list: list[case_lib.Case] | None = None, *,
         label: str | None = None, order: str = "forward", time_limit: float = 10.0) -> Outcome:
     """Compile ``source`` (a path to a .cu file, or CUDA text) for ``problem`` and run its
     launchers on ``case_list`` (default: the problem's cases in :mod:`cases`), each block's
