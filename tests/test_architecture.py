@@ -15,6 +15,7 @@ deliberately broken copy in a tmp folder (so none of them passes whatever the co
 from __future__ import annotations
 
 import ast
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -369,6 +370,51 @@ def test_no_pointer_to_a_design_document_outside_the_repository():
     found = files_naming(ROOT, files, OUTSIDE_DESIGN_DOC)
     assert not found, (f"{OUTSIDE_DESIGN_DOC} is not in this repository: point to docs/architecture.md "
                        "(or say it in place) instead:\n" + "\n".join(found))
+
+
+def documented_paths(doc: str) -> list[str]:
+    """The paths the "Folders and modules" block of docs/architecture.md lists: each line's first
+    word where it starts a line, split at commas (``exercises/, pitfalls/``)."""
+    block = doc.split("## Folders and modules", 1)[1].split("```", 2)[1]
+    paths = []
+    for line in block.splitlines():
+        if line and not line[0].isspace():
+            paths += [p for p in re.split(r",\s*", line.split("  ")[0].strip()) if p]
+    return paths
+
+
+def layout_mismatches(root: Path, doc: str) -> list[str]:
+    """Paths the layout block lists that do not exist under ``root`` (``<loss>`` standing for every
+    problem), and folders of ``kernels/`` and modules or packages of ``losslab/`` it does not list."""
+    listed = documented_paths(doc)
+    losses = problems.names()
+    expanded = {p.replace("<loss>", loss) for p in listed for loss in losses}
+    missing = [p for p in sorted(expanded) if not (root / p.rstrip("/")).exists()]
+    top = [f"kernels/{p.name}/" for p in sorted((root / "kernels").iterdir()) if p.is_dir()]
+    top += [f"losslab/{p.name}" + ("/" if p.is_dir() else "") for p in sorted((root / "losslab").iterdir())
+            if (p.suffix == ".py" and p.name != "__init__.py") or (p.is_dir() and (p / "__init__.py").exists())]
+    top += [f"losslab/problems/{p.name}" for p in sorted((root / "losslab" / "problems").glob("*.py"))]
+    covered = lambda path: path in expanded or any(path.startswith(e) for e in expanded if e.endswith("/"))  # noqa: E731
+    unlisted = [p for p in top if not covered(p) and not (p.startswith("losslab/problems/") and p.endswith("/"))]
+    return [f"listed but missing: {p}" for p in missing] + [f"in the tree but not listed: {p}" for p in unlisted]
+
+
+def test_the_architecture_document_lists_the_tree():
+    problems_found = layout_mismatches(ROOT, (ROOT / "docs" / "architecture.md").read_text())
+    assert not problems_found, "docs/architecture.md, Folders and modules:\n" + "\n".join(problems_found)
+
+
+def test_layout_check_fails_on_a_tree_that_moved(tmp_path):
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    for folder in ("kernels", "losslab"):
+        shutil.copytree(ROOT / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    for other in ("exercises", "pitfalls", "notebooks", "reports/results", "scripts", "tests", "docs"):
+        (tmp_path / other).mkdir(parents=True, exist_ok=True)
+    assert layout_mismatches(tmp_path, doc) == []
+    (tmp_path / "losslab" / "new_module.py").write_text("")
+    shutil.rmtree(tmp_path / "kernels" / "ceilings")
+    assert layout_mismatches(tmp_path, doc) == ["listed but missing: kernels/ceilings/",
+                                                "in the tree but not listed: losslab/new_module.py"]
 
 
 def test_readme_links_the_architecture_document():
