@@ -1,6 +1,7 @@
 """losslab's losses as drop-in PyTorch functions and modules: ``losslab.nn.functional.kl_div`` /
 ``cross_entropy`` and ``losslab.nn.KLDivLoss`` / ``CrossEntropyLoss``, with PyTorch's signatures
-and options, on the vectorized and fused kernels (see :mod:`losslab.nn.functional`)."""
+and options, on the vectorized and fused kernels, and cross_entropy's canonical case on the cluster
+rung's (see :mod:`losslab.nn.functional`)."""
 from losslab.nn import functional
 from losslab.nn.modules import CrossEntropyLoss, KLDivLoss
 

@@ -10,10 +10,22 @@ when traced (compile- and graph-capturable; no host synchronisation), and throug
 kernels without the dispatcher in eager mode, where host time is the cost of a small loss. Which kernels run:
 
 =====================================  =============================================
+cross_entropy's canonical case         the ``cluster`` rung (:mod:`losslab.ops`, its
+(:func:`canonical_case`: (N, C)        operators ``losslab::cross_entropy_cluster_*``
+logits, (N,) int64 indices, mean, no   when traced): a gradient will be needed, one
+weight, ignore_index -100, no          pass writes the loss and the gradient, a row
+smoothing)                             split over a thread-block cluster where it is
+                                       too long for one SM (sm_90), fused's kernels
+                                       elsewhere (``cluster_plan`` says why); else
+                                       vectorized's forward
 a gradient will be needed, reduction   ``fused``: one pass writes the loss and the
 sum/mean/batchmean                     gradient; the backward only scales it
 otherwise (inference, reduction none)  ``vectorized``: forward, and its backward
 =====================================  =============================================
+
+The canonical case returns what the options path would (the 0-d loss in the input's dtype,
+as PyTorch's; NaN for a target out of range or every row ignored; a second backward through
+the forward that wrote the gradient raises the same RuntimeError), from the faster kernels.
 
 Differences from PyTorch, each raised as an error rather than computed differently:
 only CUDA tensors of float32, bfloat16 or float16 (TypeError/ValueError naming the
@@ -37,9 +49,10 @@ from losslab.problems import cross_entropy as ce_host
 from losslab.problems import kl_div as kl_host
 
 FLOATS = (torch.float32, torch.bfloat16, torch.float16)
-# The rung table: True runs fused when a gradient will be needed (reduction other than
-# none); False always runs vectorized (its own backward kernel, which reads the inputs
-# again, but keeps no (N, C) gradient between forward and backward and allows retain_graph).
+# The rung table: True runs fused (cluster in the canonical case) when a gradient will be
+# needed (reduction other than none); False always runs vectorized (its own backward kernel,
+# which reads the inputs again, but keeps no (N, C) gradient between forward and backward and
+# allows retain_graph).
 PREFER_FUSED = True
 KL_MEAN_WARNING = ("reduction: 'mean' divides the total loss by both the batch size and the support size."
                    "'batchmean' divides only by the batch size, and aligns with the KL div math definition."
@@ -201,8 +214,26 @@ def cross_entropy(input: torch.Tensor, target: torch.Tensor, weight: torch.Tenso
     if probs:
         _require_no_target_grad(target)
     _require_cuda(("input", input), ("target", target), ("weight", weight))
-    return _cross_entropy_2d(input, target, weight, probs, int(ignore_index), reduction,
-                             max(0.0, float(label_smoothing)))
+    ignore_index, label_smoothing = int(ignore_index), max(0.0, float(label_smoothing))
+    if canonical_case(input, target, weight, ignore_index, label_smoothing, reduction):
+        needs_grad = torch.is_grad_enabled() and input.requires_grad
+        return operators.cross_entropy_canonical(PREFER_FUSED and needs_grad, needs_grad, input, target)
+    return _cross_entropy_2d(input, target, weight, probs, ignore_index, reduction, label_smoothing)
+
+
+def canonical_case(input: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None, ignore_index: int,
+                   label_smoothing: float, reduction: str) -> bool:
+    """Whether a checked :func:`cross_entropy` call is the ladder's problem, which the
+    ``cluster`` rung computes: (N, C) logits, (N,) int64 class indices, no weight,
+    ignore_index -100, no label smoothing, reduction mean.
+
+    Args are :func:`cross_entropy`'s after its checks (so ``input`` is a floating CUDA tensor
+    of a dtype losslab takes, and the shapes agree): ``ignore_index`` an int,
+    ``label_smoothing`` clamped at 0 (a negative one is none, as in PyTorch), ``reduction``
+    resolved from the legacy ``size_average``/``reduce``. Reads no tensor's values.
+    """
+    return (reduction == "mean" and weight is None and ignore_index == ce_host.IGNORE_INDEX
+            and label_smoothing == 0.0 and target.dtype == torch.int64 and input.dim() == 2 and target.dim() == 1)
 
 
 def _short(dtype: torch.dtype) -> str:

@@ -20,12 +20,19 @@ for KL, already checked by :mod:`losslab.nn.functional`. The backward of a ``_fo
 multiplies the forward's gradient by grad_loss: out of place when traced (AOTAutograd cannot
 partition a backward that mutates a forward output), in place in eager mode (the fused
 rung's scale kernel, which moves no byte when grad_loss is 1), once per forward.
+
+The canonical cross-entropy (class indices, mean, no weight, ignore_index -100, no smoothing)
+has no operator here: :func:`cross_entropy_canonical` runs the ``cluster`` rung of
+:mod:`losslab.ops` (its operators ``losslab::cross_entropy_cluster_forward`` / ``_forward_grad``
+/ ``_backward`` when traced, their kernels in eager mode), the fastest kernels losslab has for
+it, with the same autograd rules (its backward scales in place, once per forward, in eager mode).
 """
 from __future__ import annotations
 
 import torch
 
 from losslab import build
+from losslab import ops as rung_ops
 from losslab.problems import Problem
 from losslab.problems import cross_entropy as ce_host
 from losslab.problems import kl_div as kl_host
@@ -58,14 +65,19 @@ def _eager(tensor: torch.Tensor) -> bool:
     return type(tensor) is torch.Tensor and tensor.device.type == "cuda" and not torch.compiler.is_compiling()
 
 
-def _scale_grad(ctx, problem: Problem, grad: torch.Tensor, grad_loss: torch.Tensor) -> torch.Tensor:
+def _scale_grad(ctx, problem: Problem, grad: torch.Tensor, grad_loss: torch.Tensor,
+                scale_in_place=None) -> torch.Tensor:
     """The forward's gradient times grad_loss (see the module docstring). The fused backward
-    launcher scales in place; it reads none of the inputs before grad_loss (null pointers)."""
+    launcher scales in place (``scale_in_place(grad, grad_loss)`` instead, where given: the
+    canonical rung's); it reads none of the inputs before grad_loss (null pointers)."""
     if _eager(grad) and _eager(grad_loss):
         if ctx.scaled:
             raise RuntimeError(f"losslab {problem.name}: backward can run once per forward when the fused kernel "
                                "wrote the gradient (it scales it in place); run the forward again")
         ctx.scaled = True
+        if scale_in_place is not None:
+            scale_in_place(grad, grad_loss)  # converts grad_loss to the gradient's dtype where it differs
+            return grad
         scale = grad_loss.to(device=grad.device, dtype=grad.dtype)  # the scale kernel reads it in that dtype
         nulls = (None,) * UNREAD_BEFORE_GRAD_LOSS[problem.name]
         launch(_ext(problem).fused_backward, grad.device, *nulls, scale, grad, grad.numel(), 1, grad.dtype)
@@ -290,6 +302,50 @@ def cross_entropy(fused: bool, needs_grad: bool, *args) -> torch.Tensor:
     if needs_grad:
         return EagerCrossEntropy.apply(fused, *args)
     return _ce_infer(*args)
+
+
+# --- the canonical case: the cluster rung ---------------------------------------------------------
+# Class indices, mean, no weight, ignore_index -100, no smoothing: the loss of the ladder's
+# problem, which the cluster rung computes with the fastest kernels losslab has (a thread-block
+# cluster per row where a row is too long for one SM on sm_90, fused's kernels elsewhere, see
+# losslab.problems.cross_entropy.cluster_plan; vectorized's forward when no gradient is needed).
+
+CANONICAL = rung_ops.OPS[(CROSS_ENTROPY.name, "cluster")]
+
+
+class EagerCanonicalCrossEntropy(torch.autograd.Function):
+    """The cluster rung's forward that writes the gradient, with autograd by hand (as
+    ``losslab.ops.EagerLoss``, whose eager path this is, less its arguments): the backward
+    scales that gradient in place, once per forward, and raises the options path's error
+    (:func:`_scale_grad`) for a second backward."""
+
+    @staticmethod
+    def forward(ctx, input, target):
+        ctx.scaled = False
+        loss, grad = CANONICAL.forward_grad_kernel(input, target)
+        ctx.save_for_backward(grad)
+        return loss
+
+    @staticmethod
+    def backward(ctx, grad_loss):
+        (grad,) = ctx.saved_tensors
+        return _scale_grad(ctx, CROSS_ENTROPY, grad, grad_loss, CANONICAL.scale_kernel), None
+
+
+def cross_entropy_canonical(fused: bool, needs_grad: bool, input: torch.Tensor, target: torch.Tensor
+                            ) -> torch.Tensor:
+    """The mean cross-entropy of (N, C) logits ``input`` and (N,) int64 ``target`` (checked by
+    :mod:`losslab.nn.functional`; any strides) on the cluster rung's kernels: its forward that
+    writes the gradient when ``fused`` (a gradient will be needed and ``PREFER_FUSED``), else
+    vectorized's forward and, when ``needs_grad``, its backward kernel. Traced, through the
+    rung's ``torch.library`` operators. The 0-d loss is in ``input``'s dtype."""
+    if torch.compiler.is_compiling():
+        return (CANONICAL.forward_grad if fused else CANONICAL.forward)(input, target)[0]
+    if fused:
+        return EagerCanonicalCrossEntropy.apply(input, target)
+    if needs_grad:
+        return rung_ops.EagerLoss.apply(CANONICAL, False, input, target)
+    return CANONICAL.infer(input, target)
 
 
 def kl_div(fused: bool, needs_grad: bool, *args) -> torch.Tensor:
