@@ -303,10 +303,13 @@ def test_sweep_chart_draws_time_and_bandwidth_against_size_per_implementation(ma
     fig = charts.sweep_chart(section, "float32", "forward")
     assert isinstance(fig, Figure)
     time_ax, fraction_ax = fig.axes
-    assert time_ax.get_xscale() == fraction_ax.get_xscale() == time_ax.get_yscale() == "linear"
+    # log size axis with a tick at every shape, log time, linear share of the bandwidth (issue 26)
+    assert time_ax.get_xscale() == fraction_ax.get_xscale() == time_ax.get_yscale() == "log"
+    assert fraction_ax.get_yscale() == "linear"
     lines = {line.get_label(): line for line in time_ax.get_lines() if not line.get_label().startswith("_")}
     assert list(lines) == [*problems.get("kl_div").variants, "eager", "compile"]  # ladder order, then the peers
     megabytes = [16.77722, 268.43546, 2147.483652]
+    assert sorted(time_ax.get_xticks()) == pytest.approx(megabytes)
     for name, line in lines.items():
         assert list(line.get_xdata()) == pytest.approx(megabytes)
         assert line.get_linestyle() == ("--" if name in ("eager", "compile") else "-")
@@ -325,7 +328,22 @@ def test_sweep_chart_draws_time_and_bandwidth_against_size_per_implementation(ma
     assert "below the physical floor" in title and "not a result" in title
     # compile's small fixed cost wins the launch-bound sizes; fused's impossible time never leads
     assert "fastest: compile 16.8 MB, vectorized 268\u20132,147 MB" in title
-    assert "above the time axis (1.5x the slowest peer): naive (up to 107 ms)" in title
+
+
+def test_sweep_shapes_of_the_same_bytes_stand_side_by_side(make_section):
+    """16384 x 16384 and 2048 x 131072 move the same bytes: two ticks, neither hiding the other."""
+    section = sweep_section(make_section)
+    wide = [dataclasses.replace(r, shape=(2048, 131072)) for r in section.rows if tuple(r.shape) == (16384, 16384)]
+    lines = dataclasses.replace(section, rows=section.rows + wide).sweep("float32", "forward")
+    x = charts.sweep_positions(lines)
+    assert x[16384, 16384] == pytest.approx(2147.483652)
+    assert x[2048, 131072] == pytest.approx(2147.483652 * charts.SIDE_BY_SIDE)
+
+
+def test_sweep_growth_reads_the_steps_between_sizes_from_the_sweep(make_section):
+    text = charts.sweep_growth(sweep_section(make_section), "float32", "forward").data
+    assert "- 128\u00d716384 \u2192 2048\u00d716384: bytes \u00d716, time \u00d7" in text
+    assert "fused" not in text.split("2048\u00d716384 \u2192")[1]  # a time below the floor never leads
 
 
 def test_sweep_chart_without_a_sweep_says_how_to_record_one(make_section, section):
@@ -408,16 +426,14 @@ def test_every_claim_the_notebooks_make_holds_on_every_committed_record(problem,
 @pytest.mark.parametrize("notebook, problem, direction", [("01_kl_div", "kl_div", "backward"),
                                                          ("02_cross_entropy", "cross_entropy", "forward")])
 def test_the_vectorized_step_the_prose_quotes_per_device_is_the_recorded_one(notebook, problem, direction):
+    """The step is rendered from every record by a code cell (issue 26: no number typed in prose)."""
     cells = json.loads((ROOT / "notebooks" / f"{notebook}.ipynb").read_text())["cells"]
-    text = " ".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
-    quoted = re.search(r"×(\d\.\d)\s+on an H100, ×(\d\.\d) on an H200", text)
-    assert quoted, f"{notebook} no longer quotes the warp_shuffle -> vectorized step per device"
-    recorded = records.devices()
-    for device, value in zip(("NVIDIA H100 80GB HBM3", "NVIDIA H200"), quoted.groups(), strict=True):
-        if device not in recorded:
-            continue
+    code = " ".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+    assert f'evidence.step_on_devices(problem, rungs[2], rungs[3], "{direction}", results_dir)' in code
+    shown = evidence.step_on_devices(problem, "warp_shuffle", "vectorized", direction).data
+    for device in records.devices():
         found = evidence.step(records.latest_section(problem, device).view(), "warp_shuffle", "vectorized", direction)
-        assert f"{found.speedup:.1f}" == value, f"{device}: prose says x{value}, the record x{found.speedup:.2f}"
+        assert f"- {device}: `warp_shuffle` &rarr; `vectorized` {direction} &times;{found.speedup:.2f}" in shown
 
 
 def _doctored(problem: str, implementation: str, direction: str, factor: float) -> records.Section:
@@ -640,9 +656,67 @@ def test_sass_without_nvcc_says_so(monkeypatch, tmp_path):
     assert "nvcc (or cuobjdump) is missing" in str(machine_code.sass_lines("kl_div", "naive"))
 
 
+FAKE_KERNELS = [machine_code.KernelCode("k", "forward", 32, 0, ("LDG.E R1, desc[UR4][R2.64]",))]
+
+
+@pytest.fixture
+def sass_cache(monkeypatch, tmp_path):
+    """machine_code's cache in tmp_path, a fake compiler (key "nvcc-a"), and the list of compilations."""
+    compiled = []
+    monkeypatch.setattr(machine_code, "_CACHE", tmp_path / "sass")
+    monkeypatch.setattr(machine_code, "compiler_key", lambda: "nvcc-a")
+    monkeypatch.setattr(machine_code, "_compile", lambda *args: compiled.append(args) or list(FAKE_KERNELS))
+    return compiled
+
+
+def test_a_truncated_sass_cache_entry_is_compiled_again(sass_cache, tmp_path):
+    """It broke notebooks 01 and 02 with a bare JSONDecodeError on every run."""
+    assert machine_code.rung_code("kl_div", "naive") == FAKE_KERNELS and len(sass_cache) == 1
+    (entry,) = (tmp_path / "sass").rglob("*.json")
+    entry.write_text(entry.read_text()[:20])
+    assert machine_code.rung_code("kl_div", "naive") == FAKE_KERNELS and len(sass_cache) == 2
+    assert json.loads(entry.read_text())[0]["registers"] == 32  # replaced by a whole entry
+    entry.write_text('[{"name": "k"}]')  # valid JSON, not an entry
+    assert machine_code.rung_code("kl_div", "naive") == FAKE_KERNELS and len(sass_cache) == 3
+
+
+def test_the_sass_cache_is_keyed_by_the_compiler(sass_cache, monkeypatch):
+    machine_code.rung_code("kl_div", "naive")
+    machine_code.rung_code("kl_div", "naive")
+    assert len(sass_cache) == 1
+    monkeypatch.setattr(machine_code, "compiler_key", lambda: "nvcc-with-G")  # another nvcc, or a wrapper
+    machine_code.rung_code("kl_div", "naive")
+    assert len(sass_cache) == 2
+
+
+def test_a_sass_cache_write_that_fails_halfway_leaves_no_truncated_entry(sass_cache, tmp_path, monkeypatch):
+    """A full disk during the write: the entry is missing (compiled again next time), never half there."""
+    def half_then_full(value, out):
+        out.write(json.dumps(value)[:10])
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(machine_code.json, "dump", half_then_full)
+    monkeypatch.setattr(machine_code, "_warned", set())
+    assert machine_code.rung_code("kl_div", "naive") == FAKE_KERNELS
+    assert not [p for p in (tmp_path / "sass").rglob("*") if p.is_file()]
+
+
+def test_an_unwritable_sass_cache_costs_the_cache_not_the_table(monkeypatch, tmp_path, capsys):
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    monkeypatch.setattr(machine_code, "_CACHE", blocker)
+    monkeypatch.setattr(machine_code, "compiler_key", lambda: "nvcc-a")
+    monkeypatch.setattr(machine_code, "_compile", lambda *args: list(FAKE_KERNELS))
+    monkeypatch.setattr(machine_code, "_warned", set())
+    assert machine_code.rung_code("kl_div", "naive") == FAKE_KERNELS
+    assert machine_code.rung_code("kl_div", "vectorized") == FAKE_KERNELS
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"the SASS cache folder {blocker} cannot be written" in err and "TMPDIR" in err
+
+
 @pytest.mark.compile
 def test_cluster_machine_code_shows_the_instructions_of_its_idea():
-    shown = evidence.cluster_machine_code()
+    shown = evidence.cluster_machine_code("cross_entropy")
     counts = {line.split()[0]: int(line.split()[1]) for line in shown.plain.splitlines()}
     assert list(counts) == [op for op, _, _ in evidence.CLUSTER_SASS] and all(counts.values()), counts
     assert "UBLKCP.S.G [UR" in shown.plain and "float32 forward kernel, SASS for sm_90" in shown
@@ -655,4 +729,4 @@ def test_cluster_machine_code_without_nvcc_says_so(monkeypatch):
         raise build.BuildError("nvcc not found")
 
     monkeypatch.setattr(build, "compile_cubin", missing)
-    assert "nvcc (or cuobjdump) is missing" in evidence.cluster_machine_code().plain
+    assert "nvcc (or cuobjdump) is missing" in evidence.cluster_machine_code("cross_entropy").plain

@@ -31,7 +31,7 @@ import torch
 
 from losslab import problems, records
 from losslab.build import KERNELS, knobs
-from losslab.present.html import Html, message, no_results, table
+from losslab.present.html import Html, markdown, message, no_results, table
 from losslab.present.results import as_section, bandwidth_gbps
 
 DIRECTIONS = ("forward", "backward", "forward_backward")
@@ -277,6 +277,123 @@ def mufu_headroom(section: records.Section | dict, implementation: str, directio
     return tops * 1e12 * cost.flops / cost.transcendentals / (cost.flops / (row.median_ms * 1e-3))
 
 
+# --- work done elsewhere ----------------------------------------------------------------------------
+
+# below this share of its minimum bytes, a direction's kernels did not do its work (Nsight Compute)
+ELSEWHERE_SHARE = 0.01
+# why an implementation's direction does no work of its own, where the reason is known
+WHY_ELSEWHERE = {(peer, name, direction): why for name in problems.names()
+                 for (peer, direction), why in problems.get(name).peer_notes.items()}
+
+
+@dataclass(frozen=True)
+class Elsewhere:
+    """A timed (implementation, direction) whose own kernels did not do its work: Nsight Compute
+    measured them moving less than :data:`ELSEWHERE_SHARE` of the direction's minimum bytes (at the
+    same shape, float32), or, without a profile, the implementation is known to do it elsewhere
+    (:data:`WHY_ELSEWHERE`; ``dram_bytes`` None). Times in ms, bytes in bytes."""
+
+    implementation: str
+    direction: str
+    median_ms: float
+    fraction_of_bandwidth: float
+    bandwidth: str
+    below_floor: bool
+    min_bytes: int
+    dram_bytes: float | None
+    ncu_ms: float | None
+    launches: int | None
+    why: str
+
+
+def work_elsewhere(section: records.Section | dict | None) -> list[Elsewhere]:
+    """The rows of ``section``'s view whose own kernels did (almost) none of their work: by the ncu
+    profile where it holds the row at the view's shape in float32, else by :data:`WHY_ELSEWHERE`;
+    [] without a section."""
+    section = as_section(section)
+    if section is None:
+        return []
+    section = section.view()
+    ncu = section.ncu or {}
+    profiled = (ncu.get("status") == "ok" and section.primary_dtype == "float32"
+                and tuple(ncu.get("shape", ())) == tuple(section.primary_shape or ()))
+    out = []
+    for row in section.rows:
+        rec = ncu_record(section, row.implementation, row.direction) if profiled else None
+        known = WHY_ELSEWHERE.get((row.implementation, row.problem, row.direction))
+        cost = problems.get(row.problem).cost(tuple(row.shape), row.direction, getattr(torch, row.dtype))
+        moved = None if rec is None else (rec["dram_bytes_read"] or 0) + (rec["dram_bytes_written"] or 0)
+        if (moved is not None and moved < ELSEWHERE_SHARE * cost.bytes) or (moved is None and known):
+            why = known or "Its work was done in another direction (as a gradient written in the forward)."
+            out.append(Elsewhere(row.implementation, row.direction, row.median_ms, row.fraction_of_bandwidth,
+                                 row.bandwidth, row.below_floor, cost.bytes, moved,
+                                 None if rec is None else rec.get("duration_ms"),
+                                 None if rec is None else rec.get("launches"), why))
+    return out
+
+
+def _bytes(n: float) -> str:
+    """``n`` bytes in decimal units: 6912 -> "6.91 KB", 1.07e9 -> "1.07 GB"."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
+def work_elsewhere_note(section: records.Section | dict | None):
+    """One Markdown paragraph per row of :func:`work_elsewhere`: its timed ms and share of the
+    bandwidth (or that it is below the physical floor), what Nsight Compute measured its kernels
+    doing, and why (:data:`WHY_ELSEWHERE`); an empty Markdown where no row did its work elsewhere."""
+    section = as_section(section)
+    lines = []
+    for e in work_elsewhere(section):
+        timed = (f"timed at {e.median_ms:.3f} ms, " + ("below the physical floor: no result" if e.below_floor else
+                 f"{e.fraction_of_bandwidth:.0%} of the measured {e.bandwidth} bandwidth by its minimum bytes"))
+        if e.dram_bytes is None:
+            ncu = "this record holds no Nsight Compute profile of it"
+        else:
+            took = f" in {e.ncu_ms:.3f} ms" if e.ncu_ms is not None else ""
+            ncu = (f"Nsight Compute measured {e.launches} kernel launch{'' if e.launches == 1 else 'es'} moving "
+                   f"{_bytes(e.dram_bytes)} of DRAM traffic{took}, {e.dram_bytes / e.min_bytes:.1e} of the "
+                   f"{_bytes(e.min_bytes)} a {e.direction} must move")
+        lines.append(f"**{e.implementation} {e.direction}** on {section.device} ({timed}): {ncu}. {e.why}")
+    return markdown("\n\n".join(lines))
+
+
+# --- one step on every recorded device ----------------------------------------------------------------
+
+def step_on_devices(problem: str, lower: str, upper: str, direction: str, results_dir=None):
+    """The step from ``lower`` to ``upper`` in ``direction`` on each device with a record of
+    ``problem`` (its view: the seed size in float32), beside that device's measured read and copy
+    bandwidth, as a Markdown list; one line saying so where no record holds the step."""
+    folder = results_dir or records.RESULTS_DIR
+    lines = []
+    for device in records.devices(folder):
+        try:
+            section = records.latest_section(problem, device, folder).view()
+        except LookupError:
+            continue
+        s = step(section, lower, upper, direction)
+        if s is not None:
+            bw = bandwidth_gbps(section)
+            lines.append(f"- {device}: `{lower}` &rarr; `{upper}` {direction} &times;{s.speedup:.2f} "
+                         f"({s.lower_ms:.3f} &rarr; {s.upper_ms:.3f} ms), measured read bandwidth "
+                         f"{bw['read']:.0f} GB/s, copy {bw['copy']:.0f} GB/s")
+    return markdown("\n".join(lines) or f"No record holds {problem}'s {lower} and {upper} {direction} yet.")
+
+
+def fraction_statement(section: records.Section | dict | None, rung: str, direction: str):
+    """"<rung>'s <direction> reaches N% of the measured <read|copy> bandwidth (device)" from the
+    record, as Markdown; one line saying so without a section or the row."""
+    section = as_section(section)
+    row = _row(section.view(), rung, direction) if section is not None else None
+    if row is None:
+        return markdown(f"No {rung} {direction} row recorded here.")
+    return markdown(f"On {section.device}'s record `{rung}`'s {direction} reaches "
+                    f"{fraction_of_ceiling(section.view(), row):.0%} of the measured {row.bandwidth} bandwidth "
+                    f"({row.median_ms:.3f} ms).")
+
+
 # --- the claims the notebooks make -------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -376,16 +493,11 @@ def claims(section: records.Section | dict) -> list[Claim]:
     out = _naive_claims(section)
     out.append(_step_claim(section, "shuffle_flat", shared, shuffle, "forward", 0.95, 1.05,
                            "within 5%: the tree's steps are a small part of a row's time at this size"))
-    if section.problem == "kl_div":
-        out += [_fraction_claim(section, "scalar_saturates", shuffle, "forward", 0.95),
-                _step_claim(section, "vector_flat", shuffle, vector, "forward", 0.95, 1.05, "within 5%: flat"),
-                _step_claim(section, "vector_pays", shuffle, vector, "backward", 1.15, math.inf,
-                            "at least x1.15: one element per thread in flight before, one pack after")]
-    elif section.problem == "cross_entropy":
-        out += [_fraction_claim(section, "scalar_saturates", shuffle, "backward", 0.90),
-                _step_claim(section, "vector_flat", shuffle, vector, "backward", 0.95, 1.05, "within 5%: flat"),
-                _step_claim(section, "vector_pays", shuffle, vector, "forward", 1.05, math.inf,
-                            "at least x1.05, with the switch to one warp per row")]
+    spec = problems.get(section.problem)
+    rung, direction, least = spec.saturates
+    out.append(_fraction_claim(section, "scalar_saturates", rung, direction, least))
+    out += [_step_claim(section, key, lower, upper, direction, low, high, why)
+            for key, lower, upper, direction, low, high, why in spec.step_claims]
     return out + _roof_claims(section, vector) + _counter_claims(section)
 
 
@@ -487,7 +599,7 @@ READ_ONCE_CASES = (((4096, 131072), "float32"),)
 RERECORD = "python -m losslab bench cross_entropy --sweep --dtypes float32,bfloat16"
 
 
-def split_rung(problem: str = "cross_entropy") -> tuple[str, str]:
+def split_rung(problem: str) -> tuple[str, str]:
     """(lower, upper): the rung that splits a long row over a cluster and the rung it falls back
     to, from the rung table (``Rung.falls_back_to``).
 
@@ -678,7 +790,7 @@ CLUSTER_SASS = (
 )
 
 
-def cluster_machine_code(problem: str = "cross_entropy", arch: str = "sm_90") -> Html:
+def cluster_machine_code(problem: str, arch: str = "sm_90") -> Html:
     """The :data:`CLUSTER_SASS` instructions in the float32 forward kernel of ``problem``'s
     cluster rung, compiled here for ``arch`` (no GPU needed): per instruction its count and its
     first line (opcode and operands). One line where nvcc or cuobjdump is missing.

@@ -50,6 +50,14 @@ def message(text: str, color: str = WARN, metadata: dict | None = None) -> Html:
     return Html(f'<p style="color:{color}"><b>{html.escape(text)}</b></p>', plain=text, metadata=metadata)
 
 
+def markdown(text: str):
+    """``text`` as Markdown that a notebook renders like the prose around it: a sentence whose
+    numbers are read from a record or a listing, never typed into a markdown cell."""
+    from IPython.display import Markdown
+
+    return Markdown(text)
+
+
 def no_results(what: str) -> Html:
     """What a table or chart shows when there are no results to show."""
     return message(f"No results yet, so no {what}: see the note at the top of the notebook.")

@@ -6,11 +6,18 @@ arithmetic intensity (cost-model FLOP / minimum bytes) and its achieved FLOP/s (
 measured median time). Where Nsight Compute ran (``losslab.measure.ncu``), a hollow marker at the
 same height shows the intensity over the DRAM bytes the kernels really moved. A point whose time
 is below the physical floor (minimum bytes at the datasheet's peak bandwidth) is no result: it is
-crossed out in red and the legend says why.
+crossed out in red and the legend says why. A point whose kernels moved almost none of its bytes
+(``evidence.work_elsewhere``: its work was done in another direction) gets no measured-traffic
+point (its intensity over almost no bytes would run off the axis) and is marked and explained.
+
+Every ceiling is named on its line, every point by a label in a column at the right of the axes
+with a thin line to its point, placed so that no two texts overlap (``tests/test_figures.py``
+measures the rendered boxes).
 """
 from __future__ import annotations
 
 import math
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +25,7 @@ import torch
 
 from losslab import problems, records
 from losslab.measure.ceilings import datasheet
+from losslab.present.charts import COLORS, wrap_title
 from losslab.present.results import as_section, bandwidth_gbps, measured_where
 
 
@@ -27,7 +35,8 @@ class Point:
 
     ``flops`` and ``model_bytes`` come from the cost model (at the row's own dtype),
     ``median_ms`` from the bench, ``measured_bytes`` (DRAM bytes read + written) from Nsight
-    Compute, if it ran; ``floor_verdict`` is empty, or why the time is below the physical floor.
+    Compute, if it ran; ``floor_verdict`` is empty, or why the time is below the physical floor;
+    ``elsewhere`` is True where ncu measured the kernels moving almost none of the bytes.
     """
 
     problem: str
@@ -39,6 +48,7 @@ class Point:
     median_ms: float
     measured_bytes: float | None = None
     floor_verdict: str = ""
+    elsewhere: bool = False
 
     @property
     def intensity(self) -> float:
@@ -63,7 +73,10 @@ def points(section: records.Section | dict, directions: tuple[str, ...] = DIRECT
     """Roofline points of one section's rows at its shown shape and dtype (``Section.view``).
     Each point's bytes are its own dtype's (the cost model at the row's dtype); a hollow
     (measured-traffic) point only where ncu profiled that same shape in that same dtype (ncu
-    profiles float32), never a bf16 time over float32 bytes."""
+    profiles float32), never a bf16 time over float32 bytes, and never for a row whose kernels
+    moved almost none of its bytes (``evidence.work_elsewhere``: ``elsewhere`` is set instead)."""
+    from losslab.present.evidence import work_elsewhere
+
     section = as_section(section).view()
     ncu = section.ncu or {}
     measured = {}
@@ -71,25 +84,28 @@ def points(section: records.Section | dict, directions: tuple[str, ...] = DIRECT
             and section.primary_dtype == (ncu.get("dtype") or "float32")):
         measured = {(r["implementation"], r["direction"]): r["dram_bytes_read"] + r["dram_bytes_written"]
                     for r in ncu["records"]}
+    away = {(e.implementation, e.direction) for e in work_elsewhere(section)}
     out = []
     for row in section.rows:
         if row.direction not in directions:
             continue
         cost = problems.get(row.problem).cost(tuple(row.shape), row.direction, getattr(torch, row.dtype))
-        # no measured-traffic point for a time that is no result: its kernels did not do the work
-        traffic = None if row.below_floor else measured.get((row.implementation, row.direction))
+        key = (row.implementation, row.direction)
+        # no measured-traffic point for a time that is no result or for kernels that did not do the work
+        traffic = None if row.below_floor or key in away else measured.get(key)
         out.append(Point(row.problem, row.implementation, row.kind, row.direction, cost.flops, cost.bytes,
-                         row.median_ms, traffic, row.floor_note))
+                         row.median_ms, traffic, row.floor_note, key in away))
     return out
 
 
 # --- the plot ---------------------------------------------------------------
 
-COLORS = {"naive": "tab:red", "shared_memory": "tab:orange", "warp_shuffle": "tab:olive",
-          "vectorized": "tab:green", "fused": "tab:blue", "cluster": "tab:cyan", "eager": "0.35",
-          "compile": "tab:purple"}
 MARKERS = {"forward": "o", "backward": "s", "forward_backward": "^"}
 SHORT = {"forward": "fwd", "backward": "bwd", "forward_backward": "fwd+bwd"}
+LABEL_PT = 7  # the size of every text on the axes, in points
+# the special-function roofs' colours: none of them an implementation's (charts.COLORS)
+MUFU_COLORS = ("darkmagenta", "teal", "darkgoldenrod", "navy", "darkolivegreen", "darkslategray")
+ELSEWHERE = "\u2205"  # the mark of a point whose kernels moved almost none of its bytes
 
 
 def _roofs(section: records.Section) -> dict:
@@ -104,7 +120,16 @@ def _roofs(section: records.Section) -> dict:
     return roofs
 
 
-def _draw_roofs(ax, roofs: dict, x_range: tuple[float, float]) -> None:
+def _roof_line(bandwidth: float, compute: float | None, x_range: tuple[float, float]):
+    """The roof min(x * bandwidth, compute) over x_range as a polyline (bytes/s, FLOP/s)."""
+    ridge = compute / bandwidth if compute else math.inf
+    xs = [x_range[0], *([ridge] if x_range[0] < ridge < x_range[1] else []), x_range[1]]
+    return xs, [min(x * bandwidth, compute or math.inf) for x in xs]
+
+
+def _draw_roofs(ax, roofs: dict, x_range: tuple[float, float]) -> list[tuple[str, float]]:
+    """The measured read and copy roofs, the FP32 roof and the datasheet's, each line labelled (for
+    the tests and tools that read them); returns the ridges [(read|copy, FLOP/B)]."""
     compute = roofs["fp32_tflops"] * 1e12 if roofs["fp32_tflops"] else None
     ridges = []
     for key, style, label in (("read_gbps", "-", "read"), ("copy_gbps", "--", "copy")):
@@ -118,14 +143,12 @@ def _draw_roofs(ax, roofs: dict, x_range: tuple[float, float]) -> None:
                    label=f"FP32 roof {roofs['fp32_tflops']:.1f} TFLOP/s ({roofs['compute_source']})")
     if ridges:
         ax.plot([x for _, x in ridges], [compute] * len(ridges), "D", color="black", ms=5)
-        ax.annotate("ridge " + ", ".join(f"{x:.1f} ({label})" for label, x in ridges) + " FLOP/B",
-                    (max(x for _, x in ridges), compute), xytext=(0, -16), textcoords="offset points", fontsize=8,
-                    ha="right")
     sheet = roofs["datasheet"]
     if sheet:
         xs, ys = _roof_line(sheet.memory_gbps * 1e9, sheet.fp32_tflops * 1e12, x_range)
         ax.plot(xs, ys, color="0.6", lw=0.8, ls="-.",
                 label=f"datasheet {sheet.product}: {sheet.memory_gbps:.0f} GB/s, {sheet.fp32_tflops:g} TFLOP/s")
+    return ridges
 
 
 def mufu_roofs(sections: list[records.Section], directions: tuple[str, ...] = DIRECTIONS) -> list[tuple[str, float]]:
@@ -147,44 +170,30 @@ def mufu_roofs(sections: list[records.Section], directions: tuple[str, ...] = DI
     return out
 
 
-def _draw_mufu(ax, roofs: list[tuple[str, float]], bandwidth_gbps: float | None, x_range) -> None:
-    """Each MUFU roof from its ridge with the read roof to the right edge, its ridge marked."""
-    for (label, flops), color in zip(roofs, ("tab:purple", "tab:brown", "tab:pink", "tab:cyan", "0.5", "olive"),
-                                     strict=False):
+def _draw_mufu(ax, roofs: list[tuple[str, float]], bandwidth_gbps: float | None, x_range) -> list[tuple]:
+    """Each MUFU roof from its ridge with the read roof to the right edge, its ridge marked; returns
+    [(name, FLOP/s, ridge FLOP/B, colour)] for :func:`_name_roofs`."""
+    drawn = []
+    for (label, flops), color in zip(roofs, MUFU_COLORS, strict=False):
         ridge = flops / (bandwidth_gbps * 1e9) if bandwidth_gbps else x_range[0]
         ax.plot([max(ridge, x_range[0]), x_range[1]], [flops, flops], color=color, lw=1.0, ls="-.",
                 label=f"{label}, ridge {ridge:.1f} FLOP/B")
         ax.plot([ridge], [flops], "D", color=color, ms=4)
+        drawn.append((label.split(":")[0], flops, ridge, color))
+    return drawn
 
 
-def _annotate_above(ax, pts: list[Point], read_gbps: float | None, sheet) -> int:
-    """Mark every point above the measured read roof with how far above it is, and say once on the
-    figure why that can be: the ceiling is the best of a large ``torch.sum`` and a two-stream read
-    kernel, not the hardware's limit (the datasheet peak, drawn in grey, is). Returns how many."""
-    if not read_gbps:
-        return 0
-    above = [(p, p.flops_per_s / (p.intensity * read_gbps * 1e9)) for p in pts if not p.floor_verdict]
-    above = [(p, over) for p, over in above if over > 1]
-    for p, over in above:
-        ax.annotate(f"{over - 1:+.0%}", (p.intensity, p.flops_per_s), xytext=(-4, 6), textcoords="offset points",
-                    fontsize=7, ha="right", color="tab:red")
-    if above:
-        peak = max(p.flops_per_s / (p.intensity * sheet.memory_gbps * 1e9) for p, _ in above) if sheet else None
-        ax.text(0.01, 0.99, f"red +x%: {len(above)} point(s) above the measured read roof. That roof is the best of "
-                "a large torch.sum and a two-stream read kernel,\nnot the hardware's limit"
-                + (f"; the highest point is at {peak:.0%} of the datasheet peak (grey)" if peak else ""),
-                transform=ax.transAxes, fontsize=7, va="top", color="tab:red")
-    return len(above)
+def _over_roof(p: Point, read_gbps: float | None) -> float:
+    """How far above the measured read roof ``p`` sits (0.06: 6 % above; 0 or less: not above)."""
+    if not read_gbps or p.floor_verdict or p.elsewhere:
+        return 0.0
+    return p.flops_per_s / (p.intensity * read_gbps * 1e9) - 1
 
 
-def _roof_line(bandwidth: float, compute: float | None, x_range: tuple[float, float]):
-    """The roof min(x * bandwidth, compute) over x_range as a polyline (bytes/s, FLOP/s)."""
-    ridge = compute / bandwidth if compute else math.inf
-    xs = [x_range[0], *([ridge] if x_range[0] < ridge < x_range[1] else []), x_range[1]]
-    return xs, [min(x * bandwidth, compute or math.inf) for x in xs]
-
-
-def _draw_points(ax, pts: list[Point], prefix_problem: bool) -> None:
+def _draw_markers(ax, pts: list[Point], prefix_problem: bool) -> None:
+    """Each point's marker (legend: one entry per implementation), a red cross on a time below the
+    physical floor, a dashed ring on one whose kernels moved almost no bytes, and the hollow
+    measured-traffic marker with its arrow."""
     labelled = set()
     for p in pts:
         color = COLORS.get(p.implementation, "tab:gray")
@@ -196,21 +205,116 @@ def _draw_points(ax, pts: list[Point], prefix_problem: bool) -> None:
                 markeredgecolor="black" if p.kind == "variant" else color)
         if p.floor_verdict:  # crossed out: a time below the physical floor is no result
             ax.plot([p.intensity], [p.flops_per_s], "x", color="tab:red", ms=12, mew=2, ls="none")
+        if p.elsewhere:  # ringed: its kernels did not do this direction's work
+            ax.plot([p.intensity], [p.flops_per_s], "o", mfc="none", mec="0.2", ms=15, mew=1.0, ls="none")
         if p.measured_intensity:
             ax.plot([p.measured_intensity], [p.flops_per_s], marker, mfc="none", color=color, ms=7)
             ax.annotate("", (p.measured_intensity, p.flops_per_s), xytext=(p.intensity, p.flops_per_s),
                         arrowprops={"arrowstyle": "->", "color": color, "lw": 0.8})
-    # name labels beside the model points, nudged apart where points share an intensity
-    for x in sorted({p.intensity for p in pts}):
-        column = sorted((p for p in pts if p.intensity == x), key=lambda p: p.flops_per_s)
-        last = 0.0
-        for p in column:
-            y = max(p.flops_per_s, last * 1.25)
-            last = y
-            name = f"{p.problem} {p.implementation}" if prefix_problem else p.implementation
-            flag = " \u2020 below the physical floor" if p.floor_verdict else ""
-            ax.annotate(f"{name} ({SHORT.get(p.direction, p.direction)}){flag}", (x, p.flops_per_s),
-                        xytext=(x * 1.25, y), fontsize=7, va="center", color=COLORS.get(p.implementation, "tab:gray"))
+
+
+def _pack(wanted: list[float], gap: float, low: float, high: float) -> list[float]:
+    """Positions (pixels) as close to ``wanted`` (ascending) as can be, each at least ``gap`` above
+    the one before, none below ``low`` and, where they fit, none above ``high``."""
+    out: list[float] = []
+    for w in wanted:
+        out.append(max(w, low if not out else out[-1] + gap))
+    if out and out[-1] > high:
+        out[-1] = max(high, low + gap * (len(out) - 1))
+        for i in range(len(out) - 2, -1, -1):
+            out[i] = min(out[i], out[i + 1] - gap)
+    return out
+
+
+def _line_px(fig) -> float:
+    """The height of one line of :data:`LABEL_PT` text in pixels, with a little air."""
+    return LABEL_PT * fig.dpi / 72 * 1.45
+
+
+def _text(ax, *args, **kwargs):
+    """``ax.annotate`` left out of the layout: the labels go where the axes already are."""
+    artist = ax.annotate(*args, fontsize=LABEL_PT, annotation_clip=False, **kwargs)
+    artist.set_in_layout(False)
+    return artist
+
+
+def _name_points(ax, pts: list[Point], prefix_problem: bool, read_gbps: float | None, ceiling_px: float) -> None:
+    """A label per point in a right-aligned column at the axes' right edge, in the order of the
+    points' heights and as near each as the column allows, below ``ceiling_px`` (the lowest
+    special-function roof), each joined to its point by a thin line."""
+    to_px, to_data = ax.transData.transform, ax.transData.inverted().transform
+    box = ax.get_window_extent()
+    order = sorted(pts, key=lambda p: (p.flops_per_s, p.intensity))
+    gap = _line_px(ax.figure)
+    ys = _pack([to_px((p.intensity, p.flops_per_s))[1] for p in order], gap, box.y0 + gap, ceiling_px - gap)
+    for p, y in zip(order, ys, strict=True):
+        name = f"{p.problem} {p.implementation}" if prefix_problem else p.implementation
+        over = _over_roof(p, read_gbps)
+        text = (f"{name} ({SHORT.get(p.direction, p.direction)})"
+                + (" \u2020 below the physical floor" if p.floor_verdict else "")
+                + (f" {ELSEWHERE} its kernels moved no bytes" if p.elsewhere else "")
+                + (f" {over:+.0%} over the read roof" if over > 0 else ""))
+        color = COLORS.get(p.implementation, "tab:gray")
+        _text(ax, text, (p.intensity, p.flops_per_s), xytext=tuple(to_data((box.x1 - 4, y))), textcoords="data",
+              ha="right", va="center", color=color,
+              arrowprops={"arrowstyle": "-", "color": color, "lw": 0.4, "alpha": 0.6, "relpos": (0, 0.5),
+                          "shrinkA": 2, "shrinkB": 4})
+
+
+def _name_roofs(ax, roofs: dict, ridges: list, mufu: list, x_range: tuple[float, float]) -> None:
+    """Each ceiling's name on its line: the memory roofs along their slope at the left, the FP32
+    roof above its line and the ridge below it, each special-function roof above its line at the
+    right (stacked where two lie close)."""
+    to_px, to_data = ax.transData.transform, ax.transData.inverted().transform
+    gap = _line_px(ax.figure)
+    read, copy, sheet = roofs["read_gbps"], roofs["copy_gbps"], roofs["datasheet"]
+    slope = read or copy or (sheet.memory_gbps if sheet else None)
+    if slope:
+        x0 = x_range[0] * 1.2
+        (ax0, ay0), (ax1, ay1) = to_px((x0, slope * 1e9 * x0)), to_px((x0 * 10, slope * 1e9 * x0 * 10))
+        angle = math.degrees(math.atan2(ay1 - ay0, ax1 - ax0))
+        names = [f"read {read:.0f}" if read else "", f"copy {copy:.0f}" if copy else ""]
+        text = (", ".join(n for n in names if n) + " GB/s (measured)" if read or copy else "") + \
+            (f"; datasheet {sheet.memory_gbps:.0f} (dash-dot)" if sheet else "")
+        _text(ax, text.lstrip("; "), (x0, slope * 1e9 * x0), xytext=(0, 3), textcoords="offset points",
+              rotation=angle, rotation_mode="anchor", ha="left", va="bottom")
+    compute = roofs["fp32_tflops"]
+    if compute:
+        measured = roofs["compute_source"] != "datasheet FP32"
+        sheet_note = f"; datasheet {sheet.fp32_tflops:g}" if sheet and measured else ""
+        _text(ax, f"FP32 roof {compute:.1f} TFLOP/s ({roofs['compute_source']}{sheet_note})",
+              (x_range[1] / 1.1, compute * 1e12), xytext=(0, 3), textcoords="offset points", ha="right", va="bottom")
+        if ridges:
+            _text(ax, "ridge " + ", ".join(f"{x:.1f} ({label})" for label, x in ridges) + " FLOP/B",
+                  (max(x for _, x in ridges), compute * 1e12), xytext=(-6, -4), textcoords="offset points",
+                  ha="right", va="top")
+    if mufu:
+        top = to_px((1.0, compute * 1e12))[1] - gap if compute else ax.get_window_extent().y1 - gap
+        mufu = sorted(mufu, key=lambda m: m[1])
+        ys = _pack([to_px((1.0, flops))[1] + gap / 2 for _, flops, _, _ in mufu], gap, 0.0, top)
+        for (name, flops, ridge, color), y in zip(mufu, ys, strict=True):
+            _text(ax, f"{name}: {flops / 1e12:.1f} TFLOP/s, ridge {ridge:.1f} FLOP/B",
+                  (x_range[1] / 1.1, to_data((0.0, y))[1]), ha="right", va="center", color=color)
+
+
+def _notes(ax, pts: list[Point], read_gbps: float | None, sheet) -> None:
+    """What the marks mean, in one box at the top left (above the memory roof, where no point can be)."""
+    notes = []
+    above = [p for p in pts if _over_roof(p, read_gbps) > 0]
+    if above:
+        peak = max(p.flops_per_s / (p.intensity * sheet.memory_gbps * 1e9) for p in above) if sheet else None
+        notes.append(f"+x% over the read roof: {len(above)} point(s) above the measured read roof. That roof is the "
+                     "best of a large torch.sum and a two-stream read kernel, not the hardware's limit"
+                     + (f"; the highest point is at {peak:.0%} of the datasheet peak (grey)" if peak else ""))
+    if any(p.elsewhere for p in pts):
+        notes.append(f"{ELSEWHERE} ringed: Nsight Compute measured its kernels moving almost none of the "
+                     "direction's bytes: its work was done in another direction (Liger's cross-entropy writes "
+                     "the gradient in its forward). Its time is no kernel's work, so it has no measured point.")
+    if notes:
+        text = "\n".join(textwrap.fill(n, 75) for n in notes)
+        artist = ax.text(0.01, 0.99, text, transform=ax.transAxes, fontsize=LABEL_PT, va="top", ha="left",
+                         bbox={"facecolor": "white", "edgecolor": "0.8", "alpha": 0.9, "pad": 2})
+        artist.set_in_layout(False)
 
 
 def _title(sections: list[records.Section]) -> str:
@@ -220,9 +324,12 @@ def _title(sections: list[records.Section]) -> str:
 
 
 def _legend(ax, pts: list[Point], directions: tuple[str, ...]) -> None:
+    """Outside the axes at the right: the implementations' colours (the points' handles only: the
+    ceilings are named on their lines), the directions' markers and what each mark means."""
     from matplotlib.lines import Line2D
 
-    handles, _ = ax.get_legend_handles_labels()
+    handles = [h for h in ax.get_legend_handles_labels()[0]
+               if isinstance(h, Line2D) and h.get_marker() not in ("None", "", None) and h.get_linestyle() == "None"]
     keys = [Line2D([], [], marker=MARKERS[d], color="0.4", ls="none", label=d) for d in directions if d in MARKERS]
     if any(p.measured_intensity for p in pts):
         keys.append(Line2D([], [], marker="o", mfc="none", color="0.4", ls="none",
@@ -231,20 +338,33 @@ def _legend(ax, pts: list[Point], directions: tuple[str, ...]) -> None:
         keys.append(Line2D([], [], marker="x", color="tab:red", mew=2, ls="none",
                            label="\u2020 below the physical floor (minimum bytes at the datasheet peak):\n"
                                  "a measurement artifact, not a result"))
-    ax.legend(handles=handles + keys, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    if any(p.elsewhere for p in pts):
+        keys.append(Line2D([], [], marker="o", mfc="none", mec="0.2", ms=10, ls="none",
+                           label=f"{ELSEWHERE} its kernels moved almost no bytes:\nits work was done elsewhere"))
+    ax.legend(handles=handles + keys, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0),
+              title="implementation, direction", title_fontsize=7)
+
+
+def figure_size(n_points: int) -> tuple[float, float]:
+    """(width, height) in inches for a roofline of ``n_points`` labels: tall enough that the label
+    column fits under the special-function roofs without overlapping."""
+    return 14.0, max(7.5, 2.5 + 0.2 * n_points)
 
 
 def plot_roofline(sections: dict | list[dict], directions: tuple[str, ...] = DIRECTIONS,
                   title: str | None = None, ax=None):
     """Draw the roofline of one or more bench sections (one per problem) from the same device.
 
-    Memory roofs from the measured read and copy bandwidth (GB/s), compute roof from the
-    measured FP32 FMA rate (TFLOP/s; the datasheet's, labelled so, for a section recorded
-    without it), ridge points marked, the datasheet roofs in grey. Filled markers: model
-    intensity; hollow markers with an arrow: intensity over the DRAM bytes Nsight Compute
-    measured; a red cross: a time below the physical floor. Circles forward, squares backward;
-    black edges for the ladder's variants, none for the peers. The title names the device and
-    each section's date.
+    Log axes. Memory roofs from the measured read and copy bandwidth (GB/s), compute roof from
+    the measured FP32 FMA rate (TFLOP/s; the datasheet's, labelled so, for a section recorded
+    without it), the special-function (MUFU) roofs, ridge points marked, the datasheet roofs in
+    grey; each named on its line. Filled markers: model intensity; hollow markers with an arrow:
+    intensity over the DRAM bytes Nsight Compute measured; a red cross: a time below the physical
+    floor; a ring: kernels that moved almost none of their bytes. Circles forward, squares
+    backward, triangles forward + backward; black edges for the ladder's variants, none for the
+    peers. Each point is named in a column at the right with a line to it. The title names the
+    device and each section's date. With ``ax``, draws there (size its figure with
+    :func:`figure_size`).
 
     Returns the matplotlib Figure.
 
@@ -262,25 +382,32 @@ def plot_roofline(sections: dict | list[dict], directions: tuple[str, ...] = DIR
         raise ValueError(f"sections: expected sections of one device (one set of roofs), got {', '.join(devices)}")
     pts = [p for s in sections for p in points(s, directions)]
     if ax is None:
-        fig, ax = plt.subplots(figsize=(13, 7), layout="constrained")
+        fig, ax = plt.subplots(figsize=figure_size(len(pts)), layout="constrained")
     else:
         fig = ax.figure
     roofs = _roofs(sections[0])
     xs = [p.intensity for p in pts] + [p.measured_intensity for p in pts if p.measured_intensity]
     ridge = (roofs["fp32_tflops"] or 0) * 1e3 / (roofs["read_gbps"] or math.inf)
-    x_range = (min(xs, default=0.1) / 4, max([*xs, ridge, 1.0]) * 8)
-    _draw_roofs(ax, roofs, x_range)
-    _draw_mufu(ax, mufu_roofs(sections, directions), roofs["read_gbps"], x_range)
-    _draw_points(ax, pts, prefix_problem=len(sections) > 1)
-    _annotate_above(ax, pts, roofs["read_gbps"], roofs["datasheet"])
-    ax.set(xscale="log", yscale="log", xlim=x_range, xlabel="arithmetic intensity (FLOP / byte)",
-           ylabel="achieved FLOP/s (model FLOP / measured time)")
+    # room at the left for the memory roofs' name, at the right for the points' labels
+    x_range = (min(xs, default=0.1) / 25, max([*xs, ridge, 1.0]) * 12)
+    ridges = _draw_roofs(ax, roofs, x_range)
+    mufu = _draw_mufu(ax, mufu_roofs(sections, directions), roofs["read_gbps"], x_range)
+    _draw_markers(ax, pts, prefix_problem=len(sections) > 1)
+    ax.set(xscale="log", yscale="log", xlim=x_range, xlabel="arithmetic intensity (FLOP / byte, log scale)",
+           ylabel="achieved FLOP/s (model FLOP / measured time, log scale)")
     ys = [p.flops_per_s for p in pts]
     top = (roofs["fp32_tflops"] or 0) * 1e12 or max(ys, default=1e12)
-    ax.set_ylim(min(ys, default=top / 1e4) / 5, max(top, *ys) * 3)
+    ax.set_ylim(min(ys, default=top / 1e4) / 8, max(top, *ys) * 6)
     ax.grid(True, which="both", lw=0.3, alpha=0.5)
-    ax.set_title(title or _title(sections), fontsize=10)
+    ax.set_title(wrap_title(title or _title(sections), fig), fontsize=10)
     _legend(ax, pts, directions)
+    fig.draw_without_rendering()  # settle the layout: the labels below are placed in pixels
+    to_px = ax.transData.transform
+    ceiling = min([to_px((1.0, flops))[1] for _, flops, _, _ in mufu] +
+                  ([to_px((1.0, top))[1]] if roofs["fp32_tflops"] else [ax.get_window_extent().y1]))
+    _name_roofs(ax, roofs, ridges, mufu, x_range)
+    _name_points(ax, pts, len(sections) > 1, roofs["read_gbps"], ceiling)
+    _notes(ax, pts, roofs["read_gbps"], roofs["datasheet"])
     return fig
 
 
@@ -302,12 +429,18 @@ def plot_model_only(problem_names: tuple[str, ...] | list[str], device: str = "H
         ax.plot([ridge], [sheet.fp32_tflops * 1e12], "D", color="0.6")
         ax.annotate(f"ridge (datasheet) {ridge:.1f} FLOP/B", (ridge, sheet.fp32_tflops * 1e12), xytext=(0, -16),
                     textcoords="offset points", fontsize=8, ha="right")
-    for name, direction, x in lines:
-        ax.axvline(x, color="tab:blue", ls="-" if direction == "forward" else "--", lw=0.8)
-        ax.annotate(f"{name} {direction}", (x, 1e11), rotation=90, fontsize=8, xytext=(3, 0),
-                    textcoords="offset points")
-    ax.set(xscale="log", yscale="log", xlim=x_range, ylim=(1e10, 3e14), xlabel="arithmetic intensity (FLOP / byte)",
-           ylabel="FLOP/s", title=f"model intensities on the {device} datasheet roofline (nothing measured)")
+    at: dict[float, list[str]] = {}  # lines within 5 % (kl_div forward, cross_entropy backward) share one
+    for name, direction, x in sorted(lines, key=lambda line: line[2]):
+        near = next((k for k in at if x < k * 1.05), None)
+        at.setdefault(near or x, []).append(f"{name} {direction}")
+    for x, names in sorted(at.items()):
+        ax.axvline(x, color="tab:blue", lw=0.8, label="model intensity (cost model, seed size, float32)"
+                   if x == min(at) else None)
+        ax.annotate(" / ".join(names), (x, 2e10), rotation=90, fontsize=8, xytext=(3, 0), textcoords="offset points",
+                    va="bottom")
+    ax.set(xscale="log", yscale="log", xlim=x_range, ylim=(1e10, 3e14),
+           xlabel="arithmetic intensity (FLOP / byte, log scale)", ylabel="FLOP/s (log scale)",
+           title=f"model intensities on the {device} datasheet roofline (nothing measured)")
     ax.grid(True, which="both", lw=0.3, alpha=0.5)
     ax.legend(fontsize=7, loc="lower right")
     return fig

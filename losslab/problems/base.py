@@ -109,6 +109,13 @@ class Problem:
     rungs: tuple[Rung, ...] = LADDER
     sizes: dict[str, tuple[int, int]]  # size name -> (rows, columns); "seed" is the default
     sweep_shapes: tuple[tuple[int, int], ...] = ()  # from launch-bound (128 rows) to LLM-sized, the seed among them
+    # What the notebooks claim of this loss's ladder, checked on every record (losslab.present.evidence):
+    # the rung whose scalar loads already reach the bandwidth, as (rung, direction, least fraction of it) ...
+    saturates: tuple[str, str, float] = ("warp_shuffle", "forward", 0.95)
+    # ... and steps as (key, lower rung, upper rung, direction, least, most x rung below, why)
+    step_claims: tuple[tuple[str, str, str, str, float, float, str], ...] = ()
+    # (peer, direction) -> why that peer's kernels for the direction do no work of their own
+    peer_notes: dict[tuple[str, str], str] = {}
 
     @property
     def kernelbench_file(self) -> Path:

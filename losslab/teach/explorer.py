@@ -49,18 +49,6 @@ from losslab.present import charts, evidence, tables
 from losslab.present.html import Html, table
 from losslab.present.results import bandwidth_gbps, measured_where
 
-# Peers whose backward row times almost nothing, because their forward already computed the
-# gradient: why, per problem (shown wherever such a row appears).
-GRADIENT_IN_FORWARD = {
-    ("liger", "cross_entropy"): (
-        "Liger's cross_entropy computes the gradient inside its forward kernel (it writes dL/dlogits into the "
-        "logits' own buffer while the row is on chip; Liger-Kernel issue #272), so its backward only scales "
-        "that stored gradient by the upstream gradient, or returns it as it is. Its backward row therefore "
-        "times almost nothing, often less than moving a backward's minimum bytes could take (below the "
-        "physical floor, flagged in the table): it is no backward kernel to compare with. Compare "
-        "forward_backward, where Liger pays for the gradient inside its forward."),
-}
-
 
 def block_sizes(problem: str, variants: tuple[str, ...] | list[str]) -> dict[str, str]:
     """Each rung's default threads per block, from the knobs its kernel file declares
@@ -361,15 +349,15 @@ class Explorer:
         """The roofline of ``section`` on a Figure made without pyplot (shown once per display)."""
         from matplotlib.figure import Figure
 
-        from losslab.present.roofline import plot_roofline
+        from losslab.present.roofline import figure_size, plot_roofline, points
 
-        fig = Figure(figsize=(8, 5), layout="constrained")
+        fig = Figure(figsize=figure_size(len(points(section))), layout="constrained")
         plot_roofline(section, ax=fig.subplots())
         return fig
 
     def sweep_items(self, sel: Selection, directions: tuple[str, ...] = bench.SWEEP_DIRECTIONS) -> list:
         """The sweep's outputs: per direction, time and fraction of bandwidth against size
-        (``charts.sweep_chart``: linear axes, one line per implementation), or one line saying
+        (``charts.sweep_chart``: log axes, one line per implementation), or one line saying
         why there is none; then what the sweep left out, and why."""
         section, skipped = self.sweep_section(sel)
         charts_ = [charts.sweep_chart(section, sel.dtype, d) for d in directions]
@@ -394,7 +382,7 @@ class Explorer:
         items = [self.note(sel, section), self.cost_table(sel, section)]
         if section is not None and section.rows:
             items.append(tables.timing_table(section, self.rung_below(sel, section)))
-            items += gradient_in_forward_notes(section.rows)
+            items += gradient_in_forward_notes(section)
             items += [charts.bandwidth_chart(section), self.roofline_figure(section)]
         items += [self.knobs_html(sel), *self.counters_items(sel)]
         if sel.sweep:
@@ -505,19 +493,9 @@ def launch_html(problem: str, variants: tuple[str, ...] | list[str]) -> Html:
     return Html(f"<p><small>{html.escape(text)}</small></p>", plain=text)
 
 
-def gradient_in_forward_notes(rows: list[records.BenchRow]) -> list[Html]:
-    """One paragraph per peer among ``rows`` whose backward is near-empty because its forward
-    computes the gradient (:data:`GRADIENT_IN_FORWARD`), with the floor note of its backward row
-    when that row is flagged below the physical floor."""
-    notes = []
-    for peer, problem in dict.fromkeys((r.implementation, r.problem) for r in rows):
-        why = GRADIENT_IN_FORWARD.get((peer, problem))
-        if why is None:
-            continue
-        flagged = [r.floor_note for r in rows if r.implementation == peer and r.direction == "backward"
-                   and r.below_floor]
-        text = why + (f" Here: {flagged[0]}" if flagged else "")
-        notes.append(Html(f"<p><b>{html.escape(peer)} backward.</b> {html.escape(text)}</p>",
-                          plain=f"{peer} backward: {text}"))
-    return notes
-
+def gradient_in_forward_notes(section: records.Section):
+    """What Nsight Compute measured of each timed row whose kernels moved almost none of its bytes
+    (its work done in another direction, as Liger's cross-entropy backward: ``evidence.work_elsewhere``),
+    with its timed ms and why (``evidence.WHY_ELSEWHERE``); [] where there is none."""
+    note = evidence.work_elsewhere_note(section)
+    return [note] if note.data else []
