@@ -64,10 +64,13 @@ def strict_default() -> bool:
 
 # --- the operators ------------------------------------------------------------------------------
 
-def _define(name: str, schema: str, kernel: Callable, fake: Callable) -> torch._ops.OpOverload:
-    _LIBRARY.define(f"{name}{schema}")
-    _LIBRARY.impl(name, kernel, "CUDA")
-    torch.library.register_fake(f"{NAMESPACE}::{name}", fake, lib=_LIBRARY)
+def define_operator(name: str, schema: str, kernel: Callable, fake: Callable,
+                    library: torch.library.Library = _LIBRARY) -> torch._ops.OpOverload:
+    """Define ``losslab::<name><schema>`` in ``library`` with ``kernel`` as its CUDA
+    implementation and ``fake`` as its fake (meta) one; returns the operator's default overload."""
+    library.define(f"{name}{schema}")
+    library.impl(name, kernel, "CUDA")
+    torch.library.register_fake(f"{NAMESPACE}::{name}", fake, lib=library)
     return getattr(getattr(torch.ops, NAMESPACE), name).default
 
 
@@ -149,15 +152,15 @@ class RungOps:
             self.forward_grad_kernel, self.scale_kernel = forward_grad_kernel, scale_kernel
         if extension is not None:
             return  # another build: the eager path only
-        self.forward = _define(f"{prefix}_forward", f"({inputs}) -> {outputs}", forward_kernel, forward_fake)
-        self.backward = _define(f"{prefix}_backward", f"({inputs}, {', '.join([*state, 'Tensor grad_loss'])})"
+        self.forward = define_operator(f"{prefix}_forward", f"({inputs}) -> {outputs}", forward_kernel, forward_fake)
+        self.backward = define_operator(f"{prefix}_backward", f"({inputs}, {', '.join([*state, 'Tensor grad_loss'])})"
                                 " -> Tensor", backward_kernel, backward_fake)
         torch.library.register_autograd(self.forward, self._backward, setup_context=self._setup, lib=_LIBRARY)
         if rung.writes_grad_in_forward:
             def forward_grad_fake(*args):
                 return args[0].new_empty(()), torch.empty_like(args[0], memory_format=torch.contiguous_format)
 
-            self.forward_grad = _define(f"{prefix}_forward_grad", f"({inputs}) -> (Tensor, Tensor)",
+            self.forward_grad = define_operator(f"{prefix}_forward_grad", f"({inputs}) -> (Tensor, Tensor)",
                                         self.forward_grad_kernel, forward_grad_fake)
             torch.library.register_autograd(self.forward_grad, self._backward_scale,
                                             setup_context=self._setup_grad, lib=_LIBRARY)

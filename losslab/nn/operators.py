@@ -29,6 +29,8 @@ it, with the same autograd rules (its backward scales in place, once per forward
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from losslab import build
@@ -38,8 +40,9 @@ from losslab.problems import cross_entropy as ce_host
 from losslab.problems import kl_div as kl_host
 from losslab.problems.launch import launch
 
-NAMESPACE = "losslab"
+NAMESPACE = rung_ops.NAMESPACE
 _LIBRARY = torch.library.Library(NAMESPACE, "FRAGMENT")
+_define = functools.partial(rung_ops.define_operator, library=_LIBRARY)
 _EXTENSIONS: dict[str, object] = {}
 CROSS_ENTROPY, KL_DIV = ce_host.PROBLEM, kl_host.PROBLEM
 # The fused backward launcher's inputs before grad_loss (kernels/<problem>/launchers.h), unread when it scales.
@@ -51,13 +54,6 @@ def _ext(problem: Problem):
     if problem.name not in _EXTENSIONS:
         _EXTENSIONS[problem.name] = build.load_extension(problem.name)
     return _EXTENSIONS[problem.name]
-
-
-def _define(name: str, schema: str, kernel, fake) -> torch._ops.OpOverload:
-    _LIBRARY.define(f"{name}{schema}")
-    _LIBRARY.impl(name, kernel, "CUDA")
-    torch.library.register_fake(f"{NAMESPACE}::{name}", fake, lib=_LIBRARY)
-    return getattr(getattr(torch.ops, NAMESPACE), name).default
 
 
 def _eager(tensor: torch.Tensor) -> bool:

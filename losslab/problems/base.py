@@ -11,6 +11,8 @@ from types import ModuleType
 
 import torch
 
+from losslab import build
+
 DIRECTIONS = ("forward", "backward", "forward_backward")
 FLOAT32 = (torch.float32,)
 HALF_AND_FLOAT = (torch.float32, torch.bfloat16, torch.float16)
@@ -189,20 +191,25 @@ class Problem:
     def launch_forward(self, variant: str, inputs: Sequence[torch.Tensor], out: torch.Tensor | None = None,
                        needs_grad: bool = False, grad_out: torch.Tensor | None = None,
                        ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
-        """Run ``variant``'s forward kernels on validated inputs.
+        """Run ``variant``'s forward kernels on validated inputs, through the host's ``forward``.
 
         Returns the 0-d loss (written into ``out`` if given) and the tensors the
         backward needs. ``needs_grad`` says a backward will follow: a rung that
         ``writes_grad_in_forward`` then also writes the gradient (into ``grad_out``
-        if given); without it, inference pays nothing for the gradient.
+        if given); without it, inference pays nothing for the gradient. Never waits
+        for the GPU.
         """
-        raise NotImplementedError
+        launcher, write_grad = self.rung(variant).forward_launcher(needs_grad)
+        return self.host.forward(getattr(build.load_extension(self.name), launcher), write_grad, *inputs, out=out,
+                                 grad_out=grad_out)
 
     def launch_backward(self, variant: str, saved: Sequence[torch.Tensor], grad_loss: torch.Tensor,
                         out: torch.Tensor | None = None) -> torch.Tensor:
-        """Run ``variant``'s backward kernels: the gradient w.r.t. the first input
-        (written into ``out`` if given), scaled by the 0-d ``grad_loss``."""
-        raise NotImplementedError
+        """Run ``variant``'s backward kernels through the host's ``backward``: the gradient
+        w.r.t. the first input (written into ``out`` if given), scaled by the 0-d ``grad_loss``."""
+        rung = self.rung(variant)
+        return self.host.backward(getattr(build.load_extension(self.name), rung.backward),
+                                  rung.writes_grad_in_forward, saved, grad_loss, out=out)
 
     def reference_float64(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Loss and gradient w.r.t. the first input from the reference in float64, with

@@ -48,3 +48,11 @@ void bind(pybind11::module_& m, const char* name, cudaError_t (*launcher)(Params
 }
 
 }  // namespace losslab
+
+// <rung>_forward and <rung>_backward of one rung whose launchers are <problem>_<rung>_forward and
+// <problem>_<rung>_backward; a binding applies it to each rung of an X-macro list:
+//   #define BIND_RUNG(rung) LOSSLAB_BIND_RUNG(m, kl_div, rung)
+//   KL_DIV_RUNGS(BIND_RUNG)
+#define LOSSLAB_BIND_RUNG(m, problem, rung)                                 \
+    losslab::bind(m, #rung "_forward", &problem##_##rung##_forward);        \
+    losslab::bind(m, #rung "_backward", &problem##_##rung##_backward);

@@ -18,9 +18,7 @@
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.doc() = "losslab cross_entropy kernels: <rung>_forward and <rung>_backward per rung";
-#define BIND_RUNG(rung)                                                        \
-    losslab::bind(m, #rung "_forward", &cross_entropy_##rung##_forward);      \
-    losslab::bind(m, #rung "_backward", &cross_entropy_##rung##_backward);
+#define BIND_RUNG(rung) LOSSLAB_BIND_RUNG(m, cross_entropy, rung)
     BOUND_RUNGS(BIND_RUNG)
 #undef BIND_RUNG
 #ifdef BIND_OPTIONS

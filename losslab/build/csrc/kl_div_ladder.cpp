@@ -7,9 +7,7 @@
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.doc() = "losslab kl_div teaching ladder: <rung>_forward and <rung>_backward per rung";
-#define BIND_RUNG(rung)                                                  \
-    losslab::bind(m, #rung "_forward", &kl_div_##rung##_forward);       \
-    losslab::bind(m, #rung "_backward", &kl_div_##rung##_backward);
+#define BIND_RUNG(rung) LOSSLAB_BIND_RUNG(m, kl_div, rung)
     KL_DIV_LADDER(BIND_RUNG)
 #undef BIND_RUNG
 }

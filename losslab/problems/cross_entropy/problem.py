@@ -2,20 +2,16 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
 
-from losslab import build
 from losslab.problems.base import HALF_AND_FLOAT, LADDER, Cost, Problem, Rung, misaligned_view
 from losslab.problems.cross_entropy import host
 from losslab.problems.cross_entropy.host import (
     IGNORE_INDEX,
     INDEX_BYTES,
-    backward,
     check_targets,
-    forward,
     validate_inputs,
 )
 
@@ -147,23 +143,6 @@ class CrossEntropy(Problem):
     def check_values(self, predictions, targets) -> None:
         """The checks that read the inputs' values (they wait for the GPU): the target range."""
         check_targets(targets, predictions.shape[1])
-
-    def launch_forward(self, variant, inputs: Sequence[torch.Tensor], out=None, needs_grad=False,
-                       grad_out=None):
-        """Run ``variant``'s forward kernels on validated inputs; see :func:`forward`.
-
-        Never waits for the GPU: a target outside [0, C) that is not ignore_index (-100)
-        makes the loss NaN (and that row's gradient NaN); :func:`check_targets` raises for it.
-        """
-        launcher, write_grad = self.rung(variant).forward_launcher(needs_grad)
-        return forward(getattr(build.load_extension(self.name), launcher), write_grad, *inputs, out=out,
-                       grad_out=grad_out)
-
-    def launch_backward(self, variant, saved, grad_loss, out=None):
-        """Run ``variant``'s backward kernels; see :func:`backward`."""
-        rung = self.rung(variant)
-        return backward(getattr(build.load_extension(self.name), rung.backward), rung.writes_grad_in_forward, saved,
-                        grad_loss, out=out)
 
 
 PROBLEM = CrossEntropy()

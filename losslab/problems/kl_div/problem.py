@@ -2,15 +2,13 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
 
-from losslab import build
 from losslab.problems.base import Cost, Problem, misaligned_view
 from losslab.problems.kl_div import host
-from losslab.problems.kl_div.host import backward, forward, validate_inputs
+from losslab.problems.kl_div.host import validate_inputs
 
 
 class KLDiv(Problem):
@@ -95,16 +93,6 @@ class KLDiv(Problem):
             "storage offset breaks 16-byte alignment": misaligned,
             "non-contiguous (every other column)": strided,
         }
-
-    def launch_forward(self, variant, inputs: Sequence[torch.Tensor], out=None, needs_grad=False, grad_out=None):
-        launcher, write_grad = self.rung(variant).forward_launcher(needs_grad)
-        return forward(getattr(build.load_extension(self.name), launcher), write_grad, *inputs, out=out,
-                       grad_out=grad_out)
-
-    def launch_backward(self, variant, saved, grad_loss, out=None):
-        rung = self.rung(variant)
-        return backward(getattr(build.load_extension(self.name), rung.backward), rung.writes_grad_in_forward, saved,
-                        grad_loss, out=out)
 
 
 PROBLEM = KLDiv()
