@@ -16,6 +16,7 @@ from losslab.problems.base import (
     DIRECTIONS,
     FLOAT32,
     HALF_AND_FLOAT,
+    HEAVY_EVERY,
     LADDER,
     Cost,
     Problem,
@@ -25,8 +26,8 @@ from losslab.problems.base import (
 
 _PROBLEMS: dict[str, Problem] = {m.PROBLEM.name: m.PROBLEM for m in (kl_div, cross_entropy)}
 
-__all__ = ["DIRECTIONS", "FLOAT32", "HALF_AND_FLOAT", "LADDER", "Cost", "Problem", "Rung", "get", "misaligned_view",
-           "names"]
+__all__ = ["DIRECTIONS", "FLOAT32", "HALF_AND_FLOAT", "HEAVY_EVERY", "LADDER", "Cost", "Problem", "Rung", "get",
+           "misaligned_view", "names"]
 
 
 def names() -> tuple[str, ...]:

@@ -16,6 +16,13 @@ from losslab import build
 DIRECTIONS = ("forward", "backward", "forward_backward")
 FLOAT32 = (torch.float32,)
 HALF_AND_FLOAT = (torch.float32, torch.bfloat16, torch.float16)
+HEAVY_EVERY = 64  # structured inputs: about one row in this many carries most of the loss
+
+
+def heavy_rows(rows: int, generator: torch.Generator, device: str | torch.device) -> torch.Tensor:
+    """The rows that carry most of a structured input's loss: rows // HEAVY_EVERY (at least one)
+    distinct row indices drawn from ``generator``."""
+    return torch.randperm(rows, generator=generator, device=device)[:max(1, rows // HEAVY_EVERY)]
 
 
 @dataclass(frozen=True)
@@ -150,6 +157,18 @@ class Problem:
                     dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, ...]:
         """Random inputs of ``shape`` drawn from a generator seeded with ``seed``."""
         raise NotImplementedError
+
+    def structured_inputs(self, shape: tuple[int, int], *, seed: int, device: str | torch.device = "cuda",
+                          dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, ...]:
+        """Inputs of ``shape`` drawn from ``seed`` whose rows differ in scale by orders of magnitude
+        and whose loss sits in a few rows (about one in :data:`HEAVY_EVERY`, at random positions):
+        an answer that computes the loss from a sample of the rows is off by a large fraction
+        (the evaluator draws them beside :meth:`make_inputs`).
+
+        Raises:
+            NotImplementedError: the problem has none.
+        """
+        raise NotImplementedError(f"problem: {self.name} has no structured inputs")
 
     def validate(self, *inputs: object) -> None:
         """Raise TypeError/ValueError naming the argument if the inputs cannot run on a kernel."""

@@ -6,7 +6,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from losslab.problems.base import HALF_AND_FLOAT, LADDER, Cost, Problem, Rung, misaligned_view
+from losslab.problems.base import HALF_AND_FLOAT, LADDER, Cost, Problem, Rung, heavy_rows, misaligned_view
 from losslab.problems.cross_entropy import host
 from losslab.problems.cross_entropy.host import (
     IGNORE_INDEX,
@@ -78,6 +78,20 @@ class CrossEntropy(Problem):
         predictions = torch.rand(rows, cols, generator=gen, device=device)
         targets = torch.randint(0, cols, (rows,), generator=gen, device=device, dtype=torch.int64)
         return predictions.to(dtype), targets
+
+    def structured_inputs(self, shape, *, seed, device="cuda", dtype=torch.float32):
+        """Logits scaled by 0.1 to 20 per row, the largest raised by a margin of 12: the target
+        is that logit (a loss of a fraction of a nat at most), except in the heavy rows, where it
+        is the smallest (many nats)."""
+        rows, cols = shape
+        gen = torch.Generator(device=device).manual_seed(seed)
+        heavy = heavy_rows(rows, gen, device)
+        scale = 10 ** torch.empty(rows, 1, device=device).uniform_(-1, 1.3, generator=gen)
+        logits = torch.randn(rows, cols, generator=gen, device=device) * scale
+        targets = logits.argmax(-1)
+        logits[torch.arange(rows, device=device), targets] += 12.0
+        targets[heavy] = logits[heavy].argmin(-1)
+        return logits.to(dtype), targets
 
     def validate(self, predictions, targets) -> None:
         validate_inputs(predictions, targets)

@@ -6,7 +6,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from losslab.problems.base import Cost, Problem, misaligned_view
+from losslab.problems.base import Cost, Problem, heavy_rows, misaligned_view
 from losslab.problems.kl_div import host
 from losslab.problems.kl_div.host import validate_inputs
 
@@ -48,6 +48,22 @@ class KLDiv(Problem):
         scale = torch.rand((), generator=gen, device=device)
         predictions = (torch.rand(rows, cols, generator=gen, device=device) * scale).softmax(-1)
         targets = torch.rand(rows, cols, generator=gen, device=device).softmax(-1)
+        return predictions.to(dtype), targets.to(dtype)
+
+    def structured_inputs(self, shape, *, seed, device="cuda", dtype=torch.float32):
+        """Predictions: softmax rows of logits scaled by 0.1 to 5 per row; the targets equal the
+        predictions up to a small perturbation, except in the heavy rows, whose targets are drawn
+        independently (KL of order 1 there, near 0 elsewhere). Every distribution mixes in a
+        uniform share (:data:`UNIFORM_SHARE`), so no probability rounds to 0, even in float16."""
+        rows, cols = shape
+        gen = torch.Generator(device=device).manual_seed(seed)
+        normal = lambda: torch.randn(rows, cols, generator=gen, device=device)  # noqa: E731
+        heavy = heavy_rows(rows, gen, device)
+        scale = 10 ** torch.empty(rows, 1, device=device).uniform_(-1, 0.7, generator=gen)
+        logits = normal() * scale
+        predictions = _mixed(logits)
+        targets = _mixed(logits + 0.05 * normal())
+        targets[heavy] = _mixed(5 * normal()[heavy])
         return predictions.to(dtype), targets.to(dtype)
 
     def validate(self, predictions, targets) -> None:
@@ -93,6 +109,14 @@ class KLDiv(Problem):
             "storage offset breaks 16-byte alignment": misaligned,
             "non-contiguous (every other column)": strided,
         }
+
+
+UNIFORM_SHARE = 0.1  # mixed into every structured distribution
+
+
+def _mixed(logits: torch.Tensor) -> torch.Tensor:
+    """Rows of probabilities: softmax mixed with a uniform share, so none is 0."""
+    return (1 - UNIFORM_SHARE) * logits.softmax(-1) + UNIFORM_SHARE / logits.shape[-1]
 
 
 PROBLEM = KLDiv()
