@@ -74,6 +74,17 @@ def _positive_seconds(text: str) -> float:
     return value
 
 
+def _positive_number(text: str) -> float:
+    """A finite number above 0 (NaN, 0, a negative value or inf would turn a gate off)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number such as 1.5, got {text!r}")
+    return value
+
+
 def _size(text: str) -> str | tuple[int, int]:
     """A size name (checked per problem later) or ROWSxCOLUMNS with two positive integers."""
     names = {name for p in problems.names() for name in problems.get(p).sizes}
@@ -463,7 +474,11 @@ def cmd_report(args) -> int:
     from losslab.present.report import build_report
 
     device = _device("--device", args.device)
-    build_report(args.output, parameters={"device": device} if device else None)
+    try:
+        build_report(args.output, parameters={"device": device} if device else None)
+    except RuntimeError as err:  # a notebook failed: the report is written, with its error
+        print(f"losslab report: {err}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -483,8 +498,12 @@ def cmd_export(args) -> int:
 
 
 def cmd_evaluate(args) -> int:
-    from losslab.kernelbench.evaluate import evaluate
+    from losslab.kernelbench.evaluate import evaluate, solution_file
 
+    try:
+        solution_file(args.solution)
+    except (OSError, ValueError) as err:
+        raise UsageError("solution", str(err).removeprefix("solution_path: ")) from None
     size = _shape_for(args.problem, args.size)
     _check_memory(args.problem, size, [args.dtype])
     verdict = evaluate(str(args.solution), args.problem, size=args.size if isinstance(args.size, str) else size,
@@ -499,6 +518,11 @@ def cmd_evaluate(args) -> int:
 def cmd_pitfalls(args) -> int:
     from losslab.teach import pitfalls
 
+    for key in args.only or []:
+        try:
+            pitfalls.get(key)
+        except ValueError as err:
+            raise UsageError("--only", str(err).removeprefix("pitfall: ")) from None
     _require_gpu("pitfalls")
     if args.record:
         path, rec = pitfalls.record(args.only, args.results_dir or pitfalls.RECORDS)
@@ -608,8 +632,8 @@ def _add_solution_commands(sub) -> None:
     evaluate.add_argument("--repeats", type=_positive_int, default=20)
     evaluate.add_argument("--timeout", type=_positive_seconds, default=600.0,
                           help="seconds for the whole child, build included")
-    evaluate.add_argument("--min-speedup", type=float, default=None, help="fail as too_slow below this speedup "
-                          "over eager")
+    evaluate.add_argument("--min-speedup", type=_positive_number, default=None, help="fail as too_slow below this "
+                          "speedup over eager (a positive number)")
     evaluate.add_argument("--no-compile", action="store_true", help="skip timing torch.compile")
     evaluate.add_argument("--json", type=_output_file, help="also write the verdict as JSON to this path")
     evaluate.set_defaults(fn=cmd_evaluate)
@@ -637,18 +661,37 @@ def _attach_dashed_values(argv: list[str]) -> list[str]:
     return out
 
 
+def _stdout_closed() -> None:
+    """The reader of stdout went away (``| head -1``): send what is left to /dev/null, so that
+    Python's own flush at exit finds nowhere to fail."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run one command; returns its exit status. A usage mistake or an unreadable record prints
-    one line to stderr and returns 2 (usage) or 1 (record)."""
+    """Run one command; returns its exit status. A usage mistake, an unreadable record, a closed
+    stdout or Ctrl-C prints one line to stderr and returns 2 (usage), 1 (record, stdout) or 130
+    (interrupted)."""
     args = _parser().parse_args(_attach_dashed_values(sys.argv[1:] if argv is None else list(argv)))
     try:
-        return args.fn(args)
+        code = args.fn(args)
+        sys.stdout.flush()  # here, where a closed pipe is caught, not at exit
+        return code
     except UsageError as err:
         print(f"losslab {args.command}: {err}", file=sys.stderr)
         return 2
     except records.RecordError as err:
         print(f"losslab {args.command}: {err}", file=sys.stderr)
         return 1
+    except BrokenPipeError:
+        _stdout_closed()
+        print(f"losslab {args.command}: the output was closed before it was all written (broken pipe)",
+              file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"losslab {args.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

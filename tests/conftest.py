@@ -5,7 +5,7 @@ Tiers (docs/architecture.md, "Tests"): unmarked tests are the cpu tier and run e
 tool is missing is skipped with a reason that says so (pytest -rs, the default here, prints it).
 
 Shared fixtures (use them by name; never import one test module from another):
-``make_section``  a factory of recorded sections shaped like ``python -m losslab bench`` writes;
+``make_section``  a factory of recorded ``records.Section``s as ``python -m losslab bench`` records them;
 ``results_dir``   an empty results folder in tmp_path;
 ``recorded_dir``  a results folder holding one fixture record for kl_div.
 The sections hold made-up round numbers and are written only to tmp folders, never under reports/.
@@ -59,20 +59,24 @@ def pytest_collection_modifyitems(config, items):
 # --- recorded sections ---------------------------------------------------------------------------------
 
 FIXTURE_BANDWIDTH_GBPS = {"read": 1000.0, "copy": 900.0}
+FIXTURE_DATE = "2000-01-01T00:00:00+00:00"
 
 
-def fixture_section(problem: str = "kl_div", device: str = "Fixture GPU", fresh: bool = True) -> dict:
-    """A recorded section shaped like `python -m losslab bench` writes, at the problem's seed size in
-    float32, with made-up times: naive 100 ms, the other rungs 1 ms, eager 4 ms, compile 2 ms (GB/s and
-    fractions follow from the cost model and ``FIXTURE_BANDWIDTH_GBPS``); one failing check (naive,
-    backward, the first case). ``fresh=False`` gives a kernel hash that matches no source."""
+def fixture_section(problem: str = "kl_div", device: str = "Fixture GPU", fresh: bool = True):
+    """A recorded ``records.Section`` as `python -m losslab bench` records it, at the problem's seed
+    size in float32, with made-up times: naive 100 ms, the other rungs 1 ms, eager 4 ms, compile 2 ms
+    (GB/s and fractions follow from the cost model and ``FIXTURE_BANDWIDTH_GBPS``, which are its
+    ceilings); one failing check (naive, backward, the first case). Every row and check is dated
+    ``FIXTURE_DATE`` (rows: torch and CUDA "fixture") and stamped with today's sources hash, or with
+    ``fresh=False`` a hash that matches no source. Each call returns a new Section."""
     from losslab import problems, records
-    from losslab.measure.bench import BenchRow
+    from losslab.measure.bench import BenchRow, flag_physical_floor
     from losslab.measure.ceilings import bandwidth_kind
     from losslab.measure.check import CheckResult
 
     spec = problems.get(problem)
-    shape = spec.sizes["seed"]
+    shape = tuple(spec.sizes["seed"])
+    sources = records.sources_sha256(problem) if fresh else "0" * 64
     times = {**{v: 1.0 for v in spec.variants}, "naive": 100.0, "eager": 4.0, "compile": 2.0}
     rows = []
     for name, ms in times.items():
@@ -85,23 +89,25 @@ def fixture_section(problem: str = "kl_div", device: str = "Fixture GPU", fresh:
                                  direction=direction, shape=shape, dtype="float32", median_ms=ms, p10_ms=ms,
                                  p90_ms=ms, repeats=20, gbps=gbps, bandwidth=ceiling,
                                  fraction_of_bandwidth=gbps / FIXTURE_BANDWIDTH_GBPS[ceiling],
-                                 peak_extra_bytes=2**20, error=1e-7))
+                                 peak_extra_bytes=2**20, error=1e-7, date=FIXTURE_DATE, torch="fixture",
+                                 cuda="fixture", sources_sha256=sources))
     for row in rows:
+        flag_physical_floor(row, device)  # as reading a record does
         row.speedup = {p.implementation: p.median_ms / row.median_ms for p in rows
                        if p.kind == "peer" and p.direction == row.direction and p is not row}
     cases = ["random 3x1000", "B = 1 (one row)"]
-    checks = [CheckResult(problem, v, case, (3, 1000), d, 1e-8, 1e-5, True)
+    checks = [CheckResult(problem, v, case, (3, 1000), d, 1e-8, 1e-5, True, date=FIXTURE_DATE, sources_sha256=sources)
               for v in spec.variants for case in cases for d in ("forward", "backward")]
-    checks[1] = CheckResult(problem, "naive", cases[0], (3, 1000), "backward", 1.0, 1e-6, False, "fixture failure")
-    return {"device": device, "date": "2000-01-01T00:00:00+00:00", "torch": "fixture", "cuda": "fixture",
-            "kernels_sha256": records.sources_sha256(problem) if fresh else "0" * 64, "shape": list(shape),
-            "dtype": "float32", "repeats": 20, "bandwidth_gbps": dict(FIXTURE_BANDWIDTH_GBPS),
-            "rows": [r.as_dict() for r in rows], "checks": [c.as_dict() for c in checks]}
+    checks[1] = CheckResult(problem, "naive", cases[0], (3, 1000), "backward", 1.0, 1e-6, False, "fixture failure",
+                            date=FIXTURE_DATE, sources_sha256=sources)
+    ceilings = {"read_gbps": FIXTURE_BANDWIDTH_GBPS["read"], "copy_gbps": FIXTURE_BANDWIDTH_GBPS["copy"]}
+    return records.Section(problem, device, rows=rows, checks=checks, ceilings=ceilings)
 
 
 @pytest.fixture
 def make_section():
-    """``make_section(problem="kl_div", device="Fixture GPU", fresh=True) -> dict``: see ``fixture_section``."""
+    """``make_section(problem="kl_div", device="Fixture GPU", fresh=True) -> records.Section``: see
+    ``fixture_section``."""
     return fixture_section
 
 

@@ -1,11 +1,12 @@
-"""The evaluator's child process, piece by piece (losslab.kernelbench.child).
+"""The evaluator's child process, piece by piece (losslab.kernelbench.child), and what it talks
+through (``channel``) and runs under (``supervisor``).
 
 cpu tier: what a verbose build prints is captured, the first compiler error is found in
-nvcc's and g++'s output, results of any dtype serialise and compare bitwise, and a replaced
-function of torch or time is noticed; compile tier: the same on a real nvcc failure;
+nvcc's and g++'s output, tensors of any dtype cross the channel bitwise and a forged message
+is refused, a replaced function of torch or time is noticed, the supervisor kills a process
+started in a session of its own; compile tier: the same on a real nvcc failure;
 gpu tier: timed calls see fresh inputs, and a stale answer in a timed call is caught.
 """
-import json
 import os
 import shutil
 import subprocess
@@ -16,7 +17,7 @@ import pytest
 import torch
 
 from losslab import problems
-from losslab.kernelbench import child
+from losslab.kernelbench import channel, child, supervisor
 
 # nvcc's and ninja's output for a missing semicolon, as load_inline(verbose=True) prints it
 # (recorded from CUDA 13.0, paths shortened; the command lines are cut)
@@ -85,16 +86,47 @@ def test_a_build_failure_without_the_log_is_still_a_compile_error():
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
-def test_results_of_any_dtype_serialise_and_compare_bitwise(tmp_path, dtype):
-    loss = torch.tensor(1.5, dtype=dtype)
-    result = {"status": "passed", "value": loss, "dtype": dtype, "shape": (2, 3), "grad": torch.ones(2, dtype=dtype)}
-    child.write_json(tmp_path / "result.json", result)
-    back = json.loads((tmp_path / "result.json").read_text())
-    assert back == {"status": "passed", "value": 1.5, "dtype": str(dtype).removeprefix("torch."),
-                    "shape": [2, 3], "grad": [1.0, 1.0]}
-    assert child.bitwise_equal(loss, loss.clone()) and not child.bitwise_equal(loss, loss + 1)
+def test_tensors_of_any_dtype_cross_the_channel_bitwise(dtype):
+    loss, grad = torch.tensor(1.5, dtype=dtype), torch.randn(3, 5).to(dtype).t()  # a 0-d and a transposed one
+    read, write = os.pipe()
+    try:
+        channel.send(write, {"op": "reply", "changed": []}, [loss, grad, torch.arange(4)])
+        header, (got_loss, got_grad, index) = channel.receive(read, time.monotonic() + 5, limit=1000)
+    finally:
+        os.close(read)
+        os.close(write)
+    assert header["op"] == "reply" and header["changed"] == []
+    assert child.bitwise_equal(got_loss, loss) and child.bitwise_equal(got_grad, grad.contiguous())
+    assert index.tolist() == [0, 1, 2, 3]
+    assert not child.bitwise_equal(loss, loss + 1)
     assert not child.bitwise_equal(loss, loss.float() if dtype != torch.float32 else loss.double())
-    assert child.bitwise_equal(torch.randn(3, 4).to(dtype).t(), torch.randn(3, 4).to(dtype).t()) is False
+
+
+@pytest.mark.parametrize("written, error", [
+    (b'{"status": "passed"}', "a header of"),  # a forged verdict, as a solution would write it
+    (len(b"[1]").to_bytes(8, "little") + b"[1]", "malformed"),
+    (len(b'{"tensors": [{"dtype": "float32", "shape": [100000]}]}').to_bytes(8, "little")
+     + b'{"tensors": [{"dtype": "float32", "shape": [100000]}]}', "at most 1000 expected"),
+])
+def test_what_the_channel_never_writes_is_refused(written, error):
+    read, write = os.pipe()
+    try:
+        os.write(write, written)
+        with pytest.raises(channel.ChannelError, match=error):
+            channel.receive(read, time.monotonic() + 5, limit=1000)
+    finally:
+        os.close(read)
+        os.close(write)
+
+
+def test_a_closed_or_silent_channel_is_told_apart():
+    read, write = os.pipe()
+    with pytest.raises(channel.ChannelTimeout):
+        channel.receive(read, time.monotonic() + 0.2, limit=10)
+    os.close(write)
+    with pytest.raises(channel.ChannelClosed):
+        channel.receive(read, time.monotonic() + 5, limit=10)
+    os.close(read)
 
 
 def test_a_replaced_function_is_noticed(monkeypatch):
@@ -178,20 +210,44 @@ def test_timed_calls_get_fresh_inputs_and_their_outputs_are_checked():
 
 
 def test_a_failure_of_the_evaluator_is_not_blamed_on_the_solution(tmp_path, monkeypatch):
-    """The child run in this process, on CPU, with one of its own steps broken."""
+    """The parent's own comparison broken: evaluator_error, with the stage, not a verdict on the solution."""
+    from losslab.kernelbench import evaluate, verdict
+
     solution = tmp_path / "good.py"
     solution.write_text("import torch.nn as nn, torch.nn.functional as F\n\n"
                         "class ModelNew(nn.Module):\n"
                         "    def forward(self, p, t):\n"
                         "        return F.kl_div(p.log(), t, reduction='batchmean')\n")
-    config = dict(solution=str(solution), problem="kl_div", shape=[3, 100], dtype="bfloat16", trials=2, repeats=1,
-                  seed=0, compile=False, flush_bytes=0, result=str(tmp_path / "result.json"), device="cpu")
-    assert child.run(config)["status"] == "passed"
 
     def broken(*args):
         raise ZeroDivisionError("the evaluator's own bug")
 
-    monkeypatch.setattr(child, "relative_error", broken)
-    result = child.run(config)
-    assert result["status"] == "evaluator_error" and "in the evaluator at stage 'correctness'" in result["message"]
-    assert json.loads((tmp_path / "result.json").read_text())["status"] == "evaluator_error"
+    monkeypatch.setattr(verdict, "relative_error", broken)
+    result = evaluate.evaluate(solution, "kl_div", size=(3, 100), trials=2, device="cpu", timeout_s=120)
+    assert result.status == "evaluator_error" and "in the evaluator at stage 'correctness'" in result.message
+    assert "the evaluator's own bug" in result.detail
+
+
+def test_the_supervisor_kills_a_process_started_in_a_session_of_its_own(tmp_path):
+    """killpg of the child's group misses it (the README promised otherwise); the subreaper does not."""
+    pid_file = tmp_path / "pid"
+    script = ("import subprocess, sys\n"
+              "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'], start_new_session=True)\n"
+              f"open({str(pid_file)!r}, 'w').write(str(p.pid))\n")
+    run = supervisor.start([sys.executable, "-c", script], cwd=tmp_path, env=dict(os.environ),
+                           stdout=tmp_path / "out", stderr=tmp_path / "err")
+    deadline = time.monotonic() + 30
+    while not (pid_file.exists() and pid_file.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    report = run.stop(patience_s=10)
+    pid = int(pid_file.read_text())
+    assert report["contained"] and report["survivors"] == [] and report["returncode"] == 0, report
+    assert not os.path.exists(f"/proc/{pid}"), f"pid {pid} outlived the evaluation"
+
+
+def test_the_supervisor_reports_survivors_it_cannot_kill(monkeypatch):
+    monkeypatch.setattr(supervisor, "descendants", lambda pid: [os.getpid()])  # "ourselves": never dies
+    monkeypatch.setattr(supervisor, "KILL_ROUNDS", 2)
+    monkeypatch.setattr(supervisor.os, "kill", lambda pid, sig: None)
+    assert supervisor.kill_tree() == [f"pid {os.getpid()}: " + " ".join(
+        open(f"/proc/{os.getpid()}/cmdline").read().split("\0")).strip()[:120]]

@@ -122,6 +122,16 @@ def test_no_memory_check_without_a_gpu(monkeypatch):
     (["evaluate", "losslab/ops.py", "--problem", "kl_div", "--dtype", "float64"], "losslab evaluate: --dtype:"),
     (["evaluate", "losslab/ops.py", "--problem", "kl_div", "--timeout", "0"],
      "losslab evaluate: --timeout: expected a positive number of seconds, got '0'"),
+    # NaN, 0 or a negative value turned the too_slow gate off without a word
+    (["evaluate", "losslab/ops.py", "--problem", "kl_div", "--min-speedup", "nan"],
+     "losslab evaluate: --min-speedup: expected a positive number such as 1.5, got 'nan'"),
+    (["evaluate", "losslab/ops.py", "--problem", "kl_div", "--min-speedup", "-1"],
+     "losslab evaluate: --min-speedup: expected a positive number such as 1.5, got '-1'"),
+    (["evaluate", "losslab/ops.py", "--problem", "kl_div", "--min-speedup", "0"],
+     "losslab evaluate: --min-speedup: expected a positive number"),
+    (["evaluate", "README.md", "--problem", "kl_div"],
+     "losslab evaluate: solution: expected a Python file (.py), got README.md"),
+    (["pitfalls", "--only", "bogus"], "losslab pitfalls: --only: no pitfall 'bogus'; expected one of"),
     (["export", "kl_div", "turbo"], "losslab export: variant:"),
 ])
 def test_bad_values_are_rejected_before_any_gpu_work(argv, prefix, capsys, monkeypatch):
@@ -199,8 +209,8 @@ def test_a_malformed_record_is_one_line_naming_the_file(results_dir, capsys):
 
 def test_summary_says_what_it_shows(results_dir, capsys, make_section):
     small = make_section("kl_div", device="NVIDIA H100 80GB HBM3")
-    for row in small["rows"]:
-        row["shape"] = [257, 4099]
+    for row in small.rows:
+        row.shape = (257, 4099)
     records.save_section("kl_div", small, results_dir)
     records.save_section("cross_entropy", make_section("cross_entropy", device="NVIDIA H200"), results_dir)
     code, out, _ = run(["summary", "--results-dir", str(results_dir)], capsys)
@@ -215,9 +225,9 @@ def test_summary_says_what_it_shows(results_dir, capsys, make_section):
 
 def test_summary_marks_a_time_below_the_physical_floor(results_dir, capsys, make_section):
     section = make_section("kl_div", device="NVIDIA H200")
-    for row in section["rows"]:
-        if row["implementation"] == "eager" and row["direction"] == "forward":
-            row["median_ms"] = 0.01
+    for row in section.rows:
+        if row.implementation == "eager" and row.direction == "forward":
+            row.median_ms = 0.01
     records.save_section("kl_div", section, results_dir)
     code, out, _ = run(["summary", "--results-dir", str(results_dir)], capsys)
     assert "eager 0.010!" in out and "! kl_div eager forward: 0.010 ms is below the physical floor" in out
@@ -243,9 +253,9 @@ def test_the_sweep_summary_names_each_cell_where_a_peer_leads_and_stale_results(
     from losslab import records
 
     data = make_section(fresh=False)  # rungs 1 ms, compile 2 ms: compile made faster in one cell
-    for row in data["rows"]:
-        if (row["implementation"], row["direction"]) == ("compile", "forward"):
-            row["median_ms"] = 0.5
+    for row in data.rows:
+        if (row.implementation, row.direction) == ("compile", "forward"):
+            row.median_ms = 0.5
     records.save_section("kl_div", data, results_dir)
     code, out, _ = run(["summary", "--sweep", "--results-dir", str(results_dir)], capsys)
     assert code == 0
@@ -269,6 +279,58 @@ def test_a_mistake_in_a_child_process_is_one_line_and_exit_status_2():
                           capture_output=True, text=True, cwd=build.ROOT)
     assert run_.returncode == 2 and run_.stdout == ""
     assert run_.stderr.startswith("losslab bench: --size: ") and run_.stderr.count("\n") == 1
+
+
+def test_a_closed_stdout_is_one_line_not_a_traceback():
+    """python -m losslab list | head -1: the reader is gone before the output is written."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        run_ = subprocess.run([sys.executable, "-m", "losslab", "list"], stdout=write, stderr=subprocess.PIPE,
+                              text=True, cwd=build.ROOT)
+    finally:
+        os.close(write)
+    assert run_.returncode == 1 and "Traceback" not in run_.stderr and run_.stderr.count("\n") == 1, run_.stderr
+    assert run_.stderr.startswith("losslab list: the output was closed before it was all written")
+
+
+def _fake_run_notebook(fail: str = "", interrupt: str = ""):
+    """A stand-in for report.run_notebook that writes its files at once, failing or raising
+    KeyboardInterrupt (Ctrl-C) on the notebooks named."""
+    from losslab.present import report
+
+    def run_notebook(source, output_dir, parameters=None):
+        if source.stem == interrupt:
+            raise KeyboardInterrupt
+        name = source.stem
+        made = report.NotebookReport(name, output_dir / f"{name}.ipynb", output_dir / f"{name}.html",
+                                     error="cell 3: ValueError: broken" if name == fail else "")
+        made.executed.write_text("{}")
+        made.html.write_text("<p>new</p>")
+        return made
+    return run_notebook
+
+
+def test_report_with_a_failing_notebook_is_one_line(tmp_path, capsys, monkeypatch):
+    from losslab.present import report
+
+    monkeypatch.setattr(report, "run_notebook", _fake_run_notebook(fail="01_kl_div"))
+    code, out, err = run(["report", "--output", str(tmp_path)], capsys)
+    assert_one_line(code, err, "losslab report: notebooks failed: 01_kl_div (see their HTML under")
+    assert (tmp_path / "index.html").exists() and (tmp_path / "01_kl_div.html").read_text() == "<p>new</p>"
+
+
+def test_ctrl_c_during_report_is_one_line_and_leaves_the_old_report(tmp_path, capsys, monkeypatch):
+    from losslab.present import report
+
+    (tmp_path / "index.html").write_text("old index")
+    (tmp_path / "00_start_here.html").write_text("old page")
+    monkeypatch.setattr(report, "run_notebook", _fake_run_notebook(interrupt="02_cross_entropy"))
+    code, _, err = run(["report", "--output", str(tmp_path)], capsys)
+    assert code == 130 and err == "losslab report: interrupted\n"
+    assert (tmp_path / "index.html").read_text() == "old index"
+    assert (tmp_path / "00_start_here.html").read_text() == "old page"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["00_start_here.html", "index.html"]
 
 
 @pytest.mark.gpu

@@ -1,13 +1,16 @@
 """Evaluating single-file KernelBench solutions (losslab.evaluate); the export's own tests are in test_export.py.
 
-cpu tier: verdicts from fixture child JSON, the CLI, argument and path errors (raised before
+cpu tier: verdicts from fixture results, the CLI, argument and path errors (raised before
 anything runs), and the child process end to end in its CPU dry run on Python-only solutions
-(each failure kind, bfloat16 and float16, a solution that patches the timer);
+(each failure kind, bfloat16 and float16, a solution that patches the timer, each cheat of
+tests/solutions/ that needs no GPU: a forged verdict, mutated inputs, a sabotaged reference,
+reduced precision, skipped rows, an escaped process; forward only);
 compile tier: a broken exported solution and a verbose load_inline build give compile_error
 with the compiler's first error;
 gpu tier: exported solutions pass the full protocol (16-bit too), broken ones give the right
-verdict, each timing trick in tests/solutions/ is caught, and the caller's CUDA context
-survives them.
+verdict, each timing trick in tests/solutions/ is caught (a forged clock, replayed graphs,
+late writes, side streams, cached results), one row in eight fails at KernelBench's size for
+both losses, and the caller's CUDA context survives them.
 """
 import importlib.util
 import json
@@ -33,7 +36,8 @@ WRONG_DIVISOR = "finish_sum(block_reduce_sum(sum), row_partials, ticket, float(g
 
 # Python-only solutions for kl_div: each shows one way to fail
 SOLUTIONS = {
-    "good": "return (t * (t.log() - p.log())).sum() / p.shape[0]",
+    # float32 arithmetic, one rounding to the inputs' dtype: what an honest kernel does in 16-bit too
+    "good": "return ((t.float() * (t.float().log() - p.float().log())).sum() / p.shape[0]).to(p.dtype)",
     "wrong_values": "return (t * (t.log() - p.log())).mean()  # batchmean is not the mean",
     "wrong_shape": "return (t * (t.log() - p.log())).sum().reshape(1) / p.shape[0]",
     "raised": "raise IndexError('row out of range')",
@@ -83,7 +87,7 @@ def test_passed_verdict_formats_every_measurement():
     verdict = Verdict.from_child(FIXTURE_PASSED, **FIELDS)
     text = verdict.format()
     assert verdict.passed and text.startswith("solution.py: PASSED (kl_div 16384x16384 float32, Fixture GPU)")
-    for shown in ("5/5 trials", "speedup 4.00x", "speedup 1.20x", "64.0 KiB", "4.0 GiB",
+    for shown in ("5/5 random trials", "speedup 4.00x", "speedup 1.20x", "64.0 KiB", "4.0 GiB",
                   "bitwise repeatable: yes", "relative error vs float64 3e-08", "reported; the problem's"):
         assert shown in text, shown
     assert "what to do" not in text
@@ -92,7 +96,7 @@ def test_passed_verdict_formats_every_measurement():
 @pytest.mark.parametrize("status, result, expected", [
     ("wrong_values", {"message": "trial 2 (seed 2): got 1e-05, reference 0.05", "stage": "correctness",
                       "trials": [{"trial": 0, "max_abs_diff": 0.05, "allclose": False, "rel_error_fp64": 1.0}]},
-     ["WRONG VALUES", "trial 2 (seed 2)", "batchmean divides by the batch size B only", "0/1 trials"]),
+     ["WRONG VALUES", "trial 2 (seed 2)", "batchmean divides by the batch size B only", "0/1 random trials"]),
     ("compile_error", {"message": "cuda.cu(12): error: expected a \";\"", "stage": "load",
                        "detail": "Error building extension 'x':\ncuda.cu(12): error: expected a \";\""},
      ["COMPILE ERROR", "cuda.cu(12): error", "Fix the build error", "details:"]),
@@ -168,7 +172,7 @@ def test_evaluate_in_16_bit(tmp_path, dtype, kind):
     assert verdict.status == ("passed" if kind == "good" else kind), verdict.format()
     assert verdict.dtype == dtype and f"3x1000 {dtype}" in verdict.format()
     if kind == "good":
-        assert verdict.repeatable and verdict.backward["passed"] and len(verdict.trials) == 5
+        assert verdict.repeatable and verdict.backward["passed"] and len(verdict.trials) == 10
 
 
 def test_a_solution_that_patches_the_timer_is_tampered(tmp_path):
@@ -188,9 +192,10 @@ def test_child_classifies_each_failure(tmp_path, kind):
     expected = "passed" if kind == "good" else kind
     assert verdict.status == expected, verdict.format()
     if kind == "good":
-        assert len(verdict.trials) == 5 and verdict.backward["passed"] and verdict.repeatable
+        assert len(verdict.trials) == 10 and verdict.backward["passed"] and verdict.repeatable
+        assert {t["kind"] for t in verdict.trials} == {"random", "structured"}
     if kind == "wrong_values":
-        assert "trial 0 (seed 0)" in verdict.message
+        assert re.match(r"trial 0 \(random inputs, seed \d+\)", verdict.message), verdict.message
     if kind == "raised":
         assert "IndexError" in verdict.message and "row out of range" in verdict.detail
 
@@ -200,6 +205,83 @@ def test_a_file_without_modelnew_is_reported(tmp_path):
     path.write_text("x = 1\n")
     verdict = evaluate(path, "kl_div", size="narrow", device="cpu")
     assert verdict.status == "raised" and "no class ModelNew" in verdict.message
+
+
+# --- cpu tier: cheats and escapes, through the dry run (tests/solutions/, one trick each) ---------
+
+@pytest.mark.parametrize("name, status, says", [
+    ("forged_verdict.py", "crashed", "exited with code 0) in stage 'load'"),  # its forged file is never read
+    ("forged_channel.py", "tampered", "wrote into the evaluator's channel"),
+    ("mutated_inputs.py", "mutated_inputs", "changed its input(s) targets in place"),
+    ("sabotaged_reference.py", "wrong_values", "float64 reference"),  # the reference is the parent's
+    ("reduced_precision.py", "wrong_values", "what an honest float32 kernel reaches"),
+])
+def test_a_cheat_is_caught_in_the_dry_run(name, status, says):
+    verdict = evaluate(SOLUTIONS_DIR / name, "kl_div", size="narrow", device="cpu", timeout_s=120)
+    assert verdict.status == status and says in verdict.message, verdict.format()
+
+
+@pytest.mark.parametrize("problem", problems.names())
+def test_an_answer_from_one_row_in_eight_fails(problem):
+    """On CPU at 64 rows; the gpu tier repeats it at KernelBench's size."""
+    verdict = evaluate(SOLUTIONS_DIR / "one_row_in_eight.py", problem, size=(64, 1000), device="cpu")
+    assert verdict.status == "wrong_values", verdict.format()
+
+
+def test_kernelbench_verdict_is_shown_beside_and_a_disagreement_explained(tmp_path):
+    """One row in eight at 512 x 4096 (seed 0): within KernelBench's fixed tolerance, far outside float64's."""
+    verdict = evaluate(SOLUTIONS_DIR / "one_row_in_eight.py", "kl_div", size=(512, 4096), device="cpu", seed=0)
+    text = verdict.format()
+    assert verdict.status == "wrong_values" and verdict.trials[0]["allclose"], text
+    assert "KernelBench's verdict would be pass, losslab's is fail: KernelBench's fixed tolerance" in text
+
+
+def test_an_answer_without_a_backward_passes_as_forward_only():
+    verdict = evaluate(SOLUTIONS_DIR / "forward_only.py", "kl_div", size="narrow", device="cpu")
+    assert verdict.passed and verdict.forward_only, verdict.format()
+    assert "PASSED (FORWARD ONLY)" in verdict.format() and "no speedup is claimed for training" in verdict.format()
+
+
+def test_a_process_the_answer_starts_in_a_session_of_its_own_is_killed(tmp_path, monkeypatch):
+    """The README says everything the child started is killed: killpg of its group missed this one."""
+    pid_file = tmp_path / "pid"
+    monkeypatch.setenv("LOSSLAB_TEST_PID_FILE", str(pid_file))
+    verdict = evaluate(SOLUTIONS_DIR / "escaped_process.py", "kl_div", size="narrow", device="cpu", trials=1)
+    assert verdict.passed, verdict.format()
+    pid = int(pid_file.read_text())
+    assert not os.path.exists(f"/proc/{pid}"), f"pid {pid} outlived the evaluation"
+    assert verdict.processes["contained"] and verdict.processes["survivors"] == []
+
+
+def test_survivors_and_a_missing_subreaper_are_reported():
+    result = {"status": "passed", "processes": {"contained": False, "how": "not contained: no prctl here",
+                                                "survivors": ["pid 7: sleep 60"]}}
+    text = Verdict.from_child(result, **FIELDS).format()
+    assert "processes: not contained: no prctl here" in text
+    assert "processes: 1 started by the solution survived the kill: pid 7: sleep 60" in text
+
+
+@pytest.mark.parametrize("bad", [float("nan"), -1.0, 0.0, float("inf")])
+def test_min_speedup_must_be_a_positive_number(tmp_path, bad):
+    with pytest.raises(ValueError, match="^min_speedup: expected None or a positive number"):
+        evaluate(write_solution(tmp_path, "good", SOLUTIONS["good"]), "kl_div", size="narrow", device="cpu",
+                 min_speedup=bad)
+
+
+@pytest.mark.parametrize("problem", problems.names())
+def test_structured_inputs_put_most_of_the_loss_in_a_few_rows(problem):
+    from losslab.kernelbench import inputs
+
+    spec = problems.get(problem)
+    made = inputs.make(problem, (256, 512), 3, "structured", "cpu", torch.float32)
+    again = inputs.make(problem, (256, 512), 3, "structured", "cpu", torch.float32)
+    assert all(torch.equal(a, b) for a, b in zip(made, again, strict=True))  # the parent's and the child's
+    upcast = [x.double() if x.is_floating_point() else x for x in made]
+    per_row = torch.stack([spec.reference(*[x[i:i + 1] for x in upcast]) for i in range(256)])
+    heaviest = per_row.sort(descending=True).values
+    assert heaviest[:256 // inputs.HEAVY_EVERY].sum() > 0.5 * per_row.sum()  # 4 rows in 256 carry most
+    scale = made[0].abs().median(dim=1).values if problem == "cross_entropy" else made[0].max(dim=1).values
+    assert scale.max() > 10 * scale.min()
 
 
 # --- cpu tier: the command line ----------------------------------------------------------------
@@ -310,8 +392,13 @@ CHEAT_SIZE = (8192, 16384)  # 0.5 GiB per input: hidden work far above the host 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name, status, says", [
     ("stale_result.py", "wrong_values", "timed call 0"),
+    ("replayed_graph.py", "wrong_values", "timed call 0"),
+    ("late_write.py", "wrong_values", "timed call 0"),
     ("side_stream.py", "hidden_work", "outside the caller's stream"),
     ("patched_timer.py", "tampered", "torch.cuda.Event.elapsed_time"),
+    ("forged_clock.py", "time_mismatch", "the evaluator's own clock"),
+    ("sabotaged_reference.py", "wrong_values", "float64 reference"),
+    ("mutated_inputs.py", "mutated_inputs", "targets"),
 ])
 def test_each_timing_trick_is_caught(name, status, says):
     verdict = evaluate(SOLUTIONS_DIR / name, "kl_div", size=CHEAT_SIZE, repeats=10, compare_compile=False)
@@ -328,3 +415,15 @@ def test_a_cached_answer_gains_nothing_from_the_timing():
     print(verdict.format())
     assert verdict.passed, verdict.format()  # right for every input: the cache never answers
     assert verdict.timing["speedup_eager"] < 1.5 and verdict.timing["solution_ms"] > verdict.timing["floor_ms"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("problem", problems.names())
+def test_an_answer_from_one_row_in_eight_fails_at_kernelbench_size(problem):
+    """The issue's skipped work: forward only, one row in eight, at the seed size (kl_div 16384 x
+    16384, cross_entropy 32768 x 4096). KernelBench's fixed tolerance may pass it on random
+    inputs; losslab's (from the dtype and the reduction length) and the structured inputs do not."""
+    verdict = evaluate(SOLUTIONS_DIR / "one_row_in_eight.py", problem, repeats=3, compare_compile=False)
+    print(verdict.format())
+    assert verdict.status == "wrong_values" and verdict.stage == "correctness", verdict.format()
+    assert "speedup_eager" not in (verdict.timing or {})

@@ -109,11 +109,8 @@ def test_the_launch_note_names_every_rungs_block_size(problem):
 # --- helpers for the tests below ----------------------------------------------------------------------
 
 def _recorded(make_section, problem="kl_div", device="Fixture GPU") -> records.Section:
-    """The fixture section as a typed Section, rows kept as they are (no floor flags from a device)."""
-    data = make_section(problem, device)
-    section = records.Section.from_dict(data, problem)
-    section.source = "recorded"
-    return section
+    """The fixture section: a recorded Section (no floor flags on a device without a datasheet)."""
+    return make_section(problem, device)
 
 
 def _explorer_on(section: records.Section, **kwargs) -> explorer.Explorer:
@@ -357,9 +354,9 @@ def test_the_knob_controls_add_a_configuration_live_and_are_disabled_without_a_g
 
 def test_the_counters_of_the_selected_rungs_come_from_the_record_with_their_meaning(make_section):
     section = _recorded(make_section)
-    section.ncu = {"status": "ok", "shape": list(section.primary_shape), "records": [
-        {"implementation": rung, "kind": "variant", "direction": "forward", "load_requests": 10.0,
-         "load_sectors": sectors, "barriers": 0.0} for rung, sectors in (("naive", 320.0), ("shared_memory", 40.0))]}
+    section.ncu = records.Profile("ok", shape=list(section.primary_shape), records=[
+        records.Counters(rung, "variant", "forward", load_requests=10.0, load_sectors=sectors, barriers=0.0)
+        for rung, sectors in (("naive", 320.0), ("shared_memory", 40.0))])
     intro, forward, backward = _explorer_on(section).counters_items(
         explorer.Selection("kl_div", ("naive",), "seed"))
     assert "from the record (Fixture GPU" in intro.plain

@@ -17,14 +17,15 @@ and the ladder's extension builds without a GPU.
 
 gpu tier: each rung through the problem's own host functions against float64 at the odd, small and
 seed sizes and on the edge cases; another dtype is refused; each rung is faster than the one below at
-the seed size, unless its header says ``not faster: <directions> (reason)``.
+the seed size, unless its header says ``not faster: <directions> (reason)``; a rung whose header says
+``faster at: <rows> x <cols>[, ...] in <directions> (reason)`` (one for long rows, say) matches float64
+and is faster than the one below at those sizes too.
 
 Every checker here is also run once on a deliberately broken copy, and fails there.
 """
 from __future__ import annotations
 
 import functools
-import importlib
 import re
 import shutil
 import subprocess
@@ -178,6 +179,26 @@ def not_faster(text: str) -> dict[str, str]:
     return {d: found[2] for d in directions}
 
 
+def faster_at(text: str) -> tuple[list[tuple[int, int]], list[str], str]:
+    """Where, beyond the seed size, its header says the rung is faster than the one below: from
+    ``faster at: <rows> x <cols>[, <rows> x <cols>] in <direction>[, <direction>] (reason)``, the
+    shapes, the directions and the reason (([], [], "") without the field).
+
+    Raises:
+        ValueError: a field that is not of that form, names no known direction, or gives no reason.
+    """
+    field = header_field(text, "faster at")
+    if field is None:
+        return [], [], ""
+    found = re.fullmatch(r"faster at: (\d+ x \d+(?:, \d+ x \d+)*) in ([\w, ]+?) \((.*\S.*)\)", field)
+    directions = [d.strip() for d in found[2].split(",")] if found else []
+    if not found or not directions or any(d not in DIRECTIONS for d in directions):
+        raise ValueError(f"expected '// faster at: <rows> x <cols>, ... in <{' | '.join(DIRECTIONS)}>, ... "
+                         f"(<reason>)', got {field!r}")
+    shapes = [(int(rows), int(cols)) for rows, cols in re.findall(r"(\d+) x (\d+)", found[1])]
+    return shapes, directions, found[3]
+
+
 FLOAT32_REFUSAL = re.compile(r"if\s*\(\s*dtype\s*!=\s*DType::float32\s*\)\s*return\s+cudaErrorInvalidValue\s*;")
 OTHER_DTYPES = re.compile(r"\b(template|__half|__nv_bfloat16|dispatch_dtype|DType::(bfloat16|float16))\b")
 KNOBS = re.compile(r"^\s*#\s*(define|ifndef)\b|\bLOSSLAB_\w+", re.MULTILINE)
@@ -315,6 +336,8 @@ def test_rung_is_float32_only_without_knobs(problem, rung):
     found = float32_problems(text) + knob_problems(text)
     found += [f"no shape comment: {p}" for p in kernel_parameters_without_shape(text)]
     not_faster(text)  # a malformed field raises here, not on a GPU machine
+    if faster_at(text)[0] and LADDERS[problem].index(rung) == 0:
+        found.append("a 'faster at' field on the first rung: there is no rung below to be faster than")
     assert not found, f"{problem}/ladder/{rung}.cu:\n" + "\n".join(found)
 
 
@@ -375,6 +398,14 @@ def test_diff_check_fails_on_an_inflated_copy_and_reads_the_bound(tmp_path):
         "forward": "memory-bound, as below"}
     with pytest.raises(ValueError, match="expected '// not faster"):
         not_faster("// x: y\n// not faster: backwards (why)\n")
+    assert faster_at("// x: y\n// faster at: 2048 x 262144, 4096 x 131072 in forward_backward (fused reads\n"
+                     "//   each row twice)\n// not faster: forward (z)\n") == (
+        [(2048, 262144), (4096, 131072)], ["forward_backward"], "fused reads each row twice")
+    assert faster_at(text) == ([], [], "")
+    for broken in ("2048 x 262144 (no direction)", "2048x262144 in forward (why)", "in forward (no size)",
+                   "2048 x 262144 in backwards (why)", "2048 x 262144 in forward"):
+        with pytest.raises(ValueError, match="expected '// faster at"):
+            faster_at(f"// x: y\n// faster at: {broken}\n")
 
 
 def test_float32_and_knob_checks_fail_on_broken_copies():
@@ -510,7 +541,7 @@ SIZES = ("odd", "small", "seed")
 
 def host_functions(problem: str):
     """The module of ``problem``'s host code (``forward(launcher, write_grad, ...)``, ``backward(...)``)."""
-    return importlib.import_module(type(problems.get(problem)).__module__)
+    return problems.get(problem).host
 
 
 def launchers(problem: str, rung: str):
@@ -628,3 +659,31 @@ def test_each_rung_is_faster_than_the_one_below(problem):
                 print(f"{above} {direction}: not faster than {below} ({after:.3f} vs {before:.3f} ms), as its header "
                       f"says: {excused[direction]}")
     assert not failures, "\n".join(table + failures)
+
+
+FASTER_AT = [(p, r) for p, r in RUNGS if header_field(ladder.source(p, r).read_text(), "faster at") is not None]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("problem, rung", FASTER_AT, ids=[f"{p}/{r}" for p, r in FASTER_AT])
+def test_rung_matches_and_is_faster_where_its_header_says(problem, rung):
+    spec, names = problems.get(problem), LADDERS[problem]
+    below = names[names.index(rung) - 1]
+    shapes, directions, reason = faster_at(ladder.source(problem, rung).read_text())
+    failures = []
+    for shape in shapes:
+        inputs = spec.make_inputs(shape, seed=0, device="cuda")
+        failures += [f"{rung} at {shape[0]}x{shape[1]}: {error}" for error in ladder_errors(problem, rung, inputs)]
+        times = {r: rung_times(problem, r, inputs) for r in (below, rung)}
+        table = [f"{problem} ladder at {shape[0]}x{shape[1]} float32 on {torch.cuda.get_device_name()}: median ms",
+                 f"{'rung':<14} {'forward':>9} {'fwd+bwd':>9}"]
+        table += [f"{r:<14} {t['forward']:>9.3f} {t['forward_backward']:>9.3f}" for r, t in times.items()]
+        print("\n".join(table))
+        for direction in directions:
+            before, after = times[below][direction], times[rung][direction]
+            if after >= before:
+                failures.append(f"{rung} {direction} at {shape[0]}x{shape[1]}: {after:.3f} ms, not faster than "
+                                f"{below}'s {before:.3f}, though its header says so: {reason}")
+        del inputs
+        torch.cuda.empty_cache()  # the next size's inputs and float64 reference start from a clean pool
+    assert not failures, "\n".join(failures)

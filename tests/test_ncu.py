@@ -43,11 +43,11 @@ def test_ncu_csv_parses_per_kernel_in_base_units():
 def test_ncu_kernels_are_attributed_between_markers():
     records = ncu.attribute(ncu.parse_ncu_csv(NCU_CSV), LABELS)
     forward, backward = records  # the kernels after the last marker (label None) are dropped
-    assert forward["direction"] == "forward" and forward["launches"] == 2  # the kernel and sum_partials
-    assert forward["dram_bytes_read"] == 8 * 2**30 + 65536
-    assert forward["duration_ms"] == pytest.approx(40.0)
-    assert forward["fp32_flops"] == 10 + 2 * 1000
-    assert backward["launches"] == 1 and backward["dram_bytes_read"] == 100
+    assert forward.direction == "forward" and forward.launches == 2  # the kernel and sum_partials
+    assert forward.dram_bytes_read == 8 * 2**30 + 65536
+    assert forward.duration_ms == pytest.approx(40.0)
+    assert forward.fp32_flops == 10 + 2 * 1000
+    assert backward.launches == 1 and backward.dram_bytes_read == 100
 
 
 @pytest.mark.parametrize("output, status", [
@@ -63,7 +63,7 @@ def test_ncu_refusals_become_a_status(output, status):
 def test_missing_ncu_is_a_status_not_an_error(monkeypatch):
     monkeypatch.setattr(ncu, "find_ncu", lambda: None)
     result = ncu.profile_problem("kl_div", (8, 300))
-    assert result["status"] == "unavailable" and "ncu" in result["message"] and result["records"] == []
+    assert result.status == "unavailable" and "ncu" in result.message and result.records == []
     assert "unavailable" in ncu.ncu_table_text(result)
 
 
@@ -85,10 +85,10 @@ def test_one_find_ncu_serves_the_environment_page():
 @pytest.mark.gpu
 def test_profile_of_a_small_size_measures_dram_bytes_or_says_why():
     result = ncu.profile_problem("kl_div", (256, 4096), ["naive", "shared_memory"], ("eager",))
-    assert result["status"] in ("ok", "unavailable", "refused"), result["message"]
-    if result["status"] == "ok":
-        forward = next(r for r in result["records"] if r["implementation"] == "naive" and r["direction"] == "forward")
-        assert forward["dram_bytes_read"] > 0 and forward["launches"] >= 1
+    assert result.status in ("ok", "unavailable", "refused"), result.message
+    if result.status == "ok":
+        forward = result.find("naive", "forward")
+        assert forward.dram_bytes_read > 0 and forward.launches >= 1
         assert {r.direction for r in result.records} == {"forward", "backward", "forward_backward"}
         # the evidence counters: present, or each missing one named with ncu's reason
         assert result.has_evidence, result.missing
@@ -161,13 +161,14 @@ def test_opcode_counts_given_one_row_per_opcode_are_added_up():
     assert kernel["opcodes"] == {"BAR": 80.0, "EXIT": 8.0} and ncu.has_opcodes(kernel)
 
 
-def test_profile_round_trips_and_still_reads_as_a_dict():
+def test_profile_round_trips_and_reads_by_attribute_only():
     records = ncu.attribute(ncu.parse_ncu_csv(EVIDENCE_CSV), [LABELS[0], None], multiprocessors=132)
     profile = ncu.Profile("ok", "fixture", [64, 4096], list(ncu.NCU_METRICS), {"x.sum": "why"}, "v", 132, records)
     again = ncu.Profile.from_dict(profile.as_dict())
     assert again == profile and again.has_evidence and again.find("naive", "forward") is again.records[0]
-    assert again["status"] == "ok" and again["records"][0]["dram_bytes_read"] == 10000
-    assert again.get("nothing") is None
+    assert again.status == "ok" and again.records[0].dram_bytes_read == 10000
+    with pytest.raises(TypeError):
+        again["status"]  # no dict access: callers use attributes
     old = ncu.Profile.from_dict({"status": "ok", "shape": [1, 2], "records": [
         {"implementation": "naive", "kind": "variant", "direction": "forward", "dram_bytes_read": 5.0}]})
     assert not old.has_evidence and old.records[0].load_requests is None

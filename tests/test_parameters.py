@@ -4,10 +4,16 @@ naming the parameter, the value and what is allowed (``present.parameters.valida
 Each probe is a mistake a user made in a notebook's parameters cell; on the main before this
 module each one gave a bare KeyError, a silently wrong page or a driver error cells later.
 """
+import os
+import sys
+import tempfile
+import types
+
 import pytest
 import torch
 
 from losslab import problems
+from losslab.present import parameters
 from losslab.present.parameters import ParameterError, validate
 
 
@@ -25,6 +31,8 @@ from losslab.present.parameters import ParameterError, validate
     ({"repeats": 0}, ["repeats: 0 is not a whole number above 0"]),
     ({"repeats": 2.5}, ["repeats: 2.5"]),
     ({"timeout_s": -1}, ["timeout_s: -1"]),
+    ({"timeout_s": float("nan")}, ["timeout_s: nan is not a number above 0"]),  # NaN > 0 is False, NaN <= 0 too
+    ({"timeout_s": float("inf")}, ["timeout_s: inf is not a number above 0"]),
     ({"interactive": "yes"}, ["interactive: 'yes'", "True, False"]),
     ({"results_dir": "/no/such/folder"}, ["results_dir: '/no/such/folder' is not a folder", "reports/results/"]),
     ({"problem": "kl_div", "knobs": {"THREADS": 512}}, ["knobs: {'THREADS': 512} is not a list", "[]"]),
@@ -81,3 +89,57 @@ def test_ipython_shows_the_error_as_one_line():
     with pytest.raises(ParameterError) as err:
         validate(problem="kl_div", size="huge")
     assert err.value._render_traceback_() == [f"ParameterError: {err.value}"]
+
+
+def in_a_kernel(monkeypatch, *cells: str) -> None:
+    """Run what follows as in a notebook kernel whose session executed ``cells`` (IPython's ``In``)."""
+    shell = types.SimpleNamespace(user_ns={"In": ["", *cells]})
+    monkeypatch.setitem(sys.modules, "IPython", types.SimpleNamespace(get_ipython=lambda: shell))
+    monkeypatch.setattr(parameters, "_scratch", [])
+    monkeypatch.setattr(tempfile, "tempdir", tempfile.tempdir)
+    monkeypatch.setattr(parameters.atexit, "register", lambda fn, *args, **kwargs: None)
+
+
+def test_a_name_papermill_injected_that_the_notebook_lacks_is_refused(monkeypatch):
+    """papermill -p timeout 5 on notebook 07 (whose parameter is timeout_s): papermill only warns."""
+    injected = "# Parameters\nproblem = \"kl_div\"\ntimeout = 5\n"  # papermill's injected-parameters cell
+    in_a_kernel(monkeypatch, 'problem = "kl_div"\ntimeout_s = 600\n', injected)
+    with pytest.raises(ParameterError, match=r"^timeout: this notebook has no parameter of that name .*"
+                                             r"expected some of: problem, timeout_s$"):
+        validate(problem="kl_div", timeout_s=600)
+    in_a_kernel(monkeypatch, "# Parameters\ntimeout_s = 5\n")
+    validate(problem="kl_div", timeout_s=5)
+
+
+def test_in_a_kernel_temporary_files_go_to_a_folder_removed_at_exit(monkeypatch):
+    """Notebook 07 makes its solution files with tempfile.mkdtemp and never removes them."""
+    registered = []
+    in_a_kernel(monkeypatch)
+    monkeypatch.setattr(parameters.atexit, "register", lambda fn, *args, **kw: registered.append((fn, args, kw)))
+    validate(problem="kl_div")
+    validate(problem="kl_div")  # once per kernel
+    scratch = tempfile.gettempdir()
+    assert "losslab-kernel-" in scratch and len(registered) == 1
+    made = tempfile.mkdtemp(prefix="losslab-07-")
+    assert made.startswith(scratch)
+    fn, args, kwargs = registered[0]
+    fn(*args, **kwargs)  # what the kernel runs at exit
+    assert not os.path.exists(made) and not os.path.exists(scratch)
+
+
+def test_the_folder_of_a_killed_kernel_is_removed_by_the_next(monkeypatch, tmp_path):
+    """A kernel killed before its exit handlers ran leaves its folder; the next kernel removes it."""
+    in_a_kernel(monkeypatch)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    dead = tmp_path / "losslab-kernel-999999999-abc"  # a pid above any pid_max
+    alive = tmp_path / f"losslab-kernel-{os.getpid()}-def"
+    dead.mkdir()
+    alive.mkdir()
+    validate(problem="kl_div")
+    assert not dead.exists() and alive.exists()
+
+
+def test_outside_a_kernel_validate_changes_nothing():
+    before = tempfile.gettempdir()
+    validate(problem="kl_div", timeout_s=5)
+    assert tempfile.gettempdir() == before

@@ -132,12 +132,13 @@ def test_record_round_trip_and_render(tmp_path):
     rec = pitfalls.load_record(results_dir=tmp_path)
     assert rec["device"] == "Fixture GPU"  # the newest
     assert pitfalls.load_record("other-gpu", tmp_path)["device"] == "Other GPU"
-    assert pitfalls.banner(rec).startswith("RECORDED") and "matches pitfalls/" in pitfalls.banner(rec)
+    assert pitfalls.banner(rec).startswith("RECORDED") and "matches the sources now" in pitfalls.banner(rec)
     table = pitfalls.outcome_table(rec).plain
     assert "3 distinct loss value(s)" in table and "flagged 1 synchronizing call(s)" in table
     assert "the host returns from 10 calls after 20.30 ms" in table
     assert "pitfall: 1 race report(s) on its kernel, 1 hazard(s) in the process; reference: 0 race" in table
-    assert "pitfall: 229376 store / 12 load conflicts; reference: 0 store / 0 load conflicts" in table
+    assert "pitfall: 229376 store / 12 load conflicts (56.0 store conflicts a row); reference: 0 store" in table
+    assert "the pitfall's extra: 56.0 a row (predicted 56)" in table
     assert "row 32768 is the first to wrap): the child stopped: cuda_error: an illegal memory" in table
     assert "broken_tail: not recorded yet" in table
     assert "Not recorded yet" in pitfalls.outcome(rec, "broken_tail").plain

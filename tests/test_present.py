@@ -20,6 +20,7 @@ from matplotlib.figure import Figure
 
 from losslab import problems, records
 from losslab.build import ROOT
+from losslab.measure.bench import flag_physical_floor
 from losslab.present import charts, evidence, ladder, machine_code, results, tables
 from losslab.present import html as present_html
 
@@ -28,17 +29,22 @@ H200 = "NVIDIA H200"  # a device with datasheet figures, so the physical floor a
 
 @pytest.fixture
 def section(make_section):
-    """The fixture section as a typed, recorded Section."""
-    return results.as_section({**make_section(), "problem": "kl_div", "source": "recorded"})
+    """The fixture section: a recorded Section of kl_div."""
+    return make_section()
+
+
+def with_rows(section: records.Section, rows) -> records.Section:
+    """``section`` holding ``rows`` instead, each flagged against its device's physical floor (as a
+    record read from a file is)."""
+    return dataclasses.replace(section, rows=[flag_physical_floor(r, section.device) for r in rows])
 
 
 def below_floor_section(make_section, device: str = H200):
     """The fixture section on a real device, with vectorized's backward at 1 us: below any floor."""
-    data = make_section(device=device)
-    for row in data["rows"]:
-        if row["implementation"] == "vectorized" and row["direction"] == "backward":
-            row["median_ms"] = 0.001
-    return results.as_section({**data, "problem": "kl_div"})
+    section = make_section(device=device)
+    return with_rows(section, [dataclasses.replace(r, median_ms=0.001)
+                               if (r.implementation, r.direction) == ("vectorized", "backward") else r
+                               for r in section.rows])
 
 
 # --- results: loading and banners ------------------------------------------------------------------
@@ -87,11 +93,11 @@ def test_live_without_gpu_says_why():
 
 
 def test_banner_states_source_device_date_versions_and_freshness(make_section):
-    fresh = results.as_section({**make_section(), "problem": "kl_div"})
+    fresh = make_section()
     text = results.banner(fresh, "kl_div").plain
     assert text.startswith("RECORDED results") and "Fixture GPU" in text and "2000-01-01 00:00 UTC" in text
     assert "torch fixture, CUDA fixture" in text and "matches the sources now" in text and "NOT" not in text
-    stale = results.as_section({**make_section(fresh=False), "problem": "kl_div"})
+    stale = make_section(fresh=False)
     assert "does NOT match the sources now" in results.banner(stale, "kl_div").plain
     live = dataclasses.replace(fresh, source="live")
     assert results.banner(live, "kl_div").plain.startswith("LIVE results")
@@ -121,7 +127,11 @@ def test_rows_of_several_runs_name_each_date(section):
 def test_records_of_two_devices_are_shown_apart(results_dir, make_section):
     """Each device's own record, never another's rows under its name; the records table lists both."""
     records.save_section("kl_div", make_section(device="GPU A"), results_dir)
-    records.save_section("kl_div", {**make_section(device="GPU B"), "date": "2001-01-01T00:00:00+00:00"}, results_dir)
+    b = make_section(device="GPU B")
+    later = "2001-01-01T00:00:00+00:00"
+    records.save_section("kl_div", dataclasses.replace(b, rows=[dataclasses.replace(r, date=later) for r in b.rows],
+                                                       checks=[dataclasses.replace(c, date=later) for c in b.checks]),
+                         results_dir)
     a = results.load_results("kl_div", device="GPU A", live=False, results_dir=results_dir)
     newest = results.load_results("kl_div", live=False, results_dir=results_dir)
     assert a.device == "GPU A" and "GPU A" in results.banner(a, "kl_div").plain
@@ -201,7 +211,7 @@ def test_timing_table_says_why_a_peer_was_not_timed_at_its_shape_and_dtype(secti
 
 
 def test_ceilings_table_names_device_and_datasheet(make_section):
-    table = tables.ceilings_table(results.as_section({**make_section(device=H200), "problem": "kl_div"}))
+    table = tables.ceilings_table(make_section(device=H200))
     assert "read bandwidth" in table and "1,000.0" in table and "4,800.0" in table  # measured, datasheet
     assert "recorded on NVIDIA H200" in table.plain and "datasheet (H200 SXM" in table.plain
 
@@ -284,18 +294,18 @@ def sweep_section(make_section, device: str = H200) -> records.Section:
     """The fixture section's float32 rows at three kl_div shapes (the seed among them), timed as a
     fixed cost plus bytes over a bandwidth (``SWEEP_TIMES``); fused's forward at the seed size at
     1 us, below the physical floor."""
-    data = make_section(device=device)
+    section = make_section(device=device)
     spec = problems.get("kl_div")
     rows = []
     for shape in ((128, 16384), (2048, 16384), spec.sizes["seed"]):
-        for row in data["rows"]:
-            fixed, gbps = SWEEP_TIMES[row["implementation"]]
-            nbytes = spec.cost(shape, row["direction"]).bytes
-            ms = 0.001 if (row["implementation"], row["direction"], shape) == ("fused", "forward", spec.sizes["seed"]) \
+        for row in section.rows:
+            fixed, gbps = SWEEP_TIMES[row.implementation]
+            nbytes = spec.cost(shape, row.direction).bytes
+            ms = 0.001 if (row.implementation, row.direction, shape) == ("fused", "forward", spec.sizes["seed"]) \
                 else fixed + nbytes / gbps / 1e6
-            rows.append({**row, "shape": list(shape), "median_ms": ms, "p10_ms": ms, "p90_ms": ms,
-                         "gbps": nbytes / ms / 1e6, "fraction_of_bandwidth": nbytes / ms / 1e6 / 1000.0})
-    return results.as_section({**data, "problem": "kl_div", "rows": rows})
+            rows.append(dataclasses.replace(row, shape=tuple(shape), median_ms=ms, p10_ms=ms, p90_ms=ms,
+                                            gbps=nbytes / ms / 1e6, fraction_of_bandwidth=nbytes / ms / 1e6 / 1000.0))
+    return with_rows(section, rows)
 
 
 def test_sweep_chart_draws_time_and_bandwidth_against_size_per_implementation(make_section):
@@ -472,10 +482,8 @@ def test_naive_parallelism_is_computed_from_the_launch_and_the_sm_count():
 def _with_counters(problem: str, values: dict) -> records.Section:
     """The committed section with made-up per-rung counters added to its ncu records."""
     section = committed(problem).view()
-    ncu = dict(section.ncu)
-    ncu["records"] = [{**(r if isinstance(r, dict) else r.as_dict()),
-                       **values.get((r["implementation"], r["direction"]), {})} for r in ncu["records"]]
-    return dataclasses.replace(section, ncu=ncu)
+    found = [dataclasses.replace(r, **values.get((r.implementation, r.direction), {})) for r in section.ncu.records]
+    return dataclasses.replace(section, ncu=dataclasses.replace(section.ncu, records=found))
 
 
 COUNTERS = {("naive", "forward"): {"load_requests": 100.0, "load_sectors": 3200.0, "active_sms": 64.0, "barriers": 0.0},
@@ -496,8 +504,8 @@ def test_counter_claims_read_the_recorded_counters():
 
 
 def test_counters_not_recorded_say_so_and_how_to_record_them():
-    older = dataclasses.replace(committed("kl_div").view(), ncu={"status": "ok", "records": [  # DRAM bytes only
-        {"implementation": "naive", "direction": "forward", "kind": "variant", "dram_read_bytes": 1.0}]})
+    older = dataclasses.replace(committed("kl_div").view(), ncu=records.Profile("ok", records=[  # DRAM bytes only
+        records.Counters("naive", "variant", "forward", dram_bytes_read=1.0)]))
     assert not evidence.counters(older)
     text = str(evidence.counters_table(older))
     assert text.startswith("<p") and "not recorded yet" in text and "scripts/gpu_suite.sh" in text
@@ -537,18 +545,18 @@ def long_row_section(make_section, fractions: dict, doctored: dict | None = None
     there (a rung left out: not recorded); ``doctored`` {(rung, shape, dtype): fraction} overrides one."""
     from losslab.measure.ceilings import physical_floor
 
-    data = make_section("cross_entropy", device=H200)
-    template = next(r for r in data["rows"] if r["direction"] == "forward_backward" and r["kind"] == "variant")
+    section = make_section("cross_entropy", device=H200)
+    template = next(r for r in section.rows if r.direction == "forward_backward" and r.kind == "variant")
     spec = problems.get("cross_entropy")
-    rows = list(data["rows"])
+    rows = list(section.rows)
     for shape in evidence.LONG_ROWS:
         for dtype in evidence.LONG_ROW_DTYPES:
             floor = physical_floor(spec.cost(shape, "forward_backward", getattr(torch, dtype)).bytes, H200).ms
             for rung, fraction in fractions.items():
                 ms = floor / (doctored or {}).get((rung, shape, dtype), fraction)
-                rows.append({**template, "implementation": rung, "shape": list(shape), "dtype": dtype,
-                             "median_ms": ms, "p10_ms": ms, "p90_ms": ms})
-    return results.as_section({**data, "problem": "cross_entropy", "rows": rows})
+                rows.append(dataclasses.replace(template, implementation=rung, shape=tuple(shape), dtype=dtype,
+                                                median_ms=ms, p10_ms=ms, p90_ms=ms))
+    return with_rows(section, rows)
 
 
 BEFORE_AFTER = {"fused": 0.56, "cluster": 0.85}  # fused under the re-read bound (2/3), cluster above it
@@ -603,7 +611,7 @@ def test_without_cluster_rows_the_after_says_so_in_one_line_and_invents_nothing(
     assert "holds no fused forward+backward rows" in evidence.long_rows_before(nothing).plain
     assert evidence.cluster_claims(None) == [] and "No results yet" in evidence.long_rows_after(None)
     with pytest.raises(ValueError, match="problem: kl_div has no rung that falls back"):
-        evidence.cluster_claims(results.as_section({**make_section(), "problem": "kl_div"}))
+        evidence.cluster_claims(make_section())
 
 
 COMMITTED = [r.device for r in records.load_records() if "cross_entropy" in r.sections]

@@ -1,6 +1,6 @@
 """cpu tier: the records: committed results present, fresh and passing; the freshness hash follows
 every source a measurement depends on; rows below the physical floor flagged; a new run adds to a
-record; malformed and mixed-device records answered clearly; the older file format still read."""
+record; malformed and mixed-device records answered clearly; the older file format refused in one line."""
 import json
 import shutil
 from dataclasses import replace
@@ -187,6 +187,7 @@ def test_a_run_at_another_size_or_on_fewer_variants_adds_to_the_record(results_d
 
 def test_a_failed_save_leaves_the_old_record_intact(results_dir, make_section, monkeypatch):
     path = records.save_section("kl_div", make_section("kl_div"), results_dir)
+    assert path.stat().st_mode & 0o777 == 0o644, "a record is readable by everyone, as a plain write makes it"
     before = path.read_bytes()
 
     def full_disk(*args, **kwargs):
@@ -217,25 +218,47 @@ def test_a_malformed_record_is_one_line_naming_the_file(results_dir, text):
     assert str(path) in str(err.value) and "\n" not in str(err.value)
 
 
-def test_older_format_loads_with_its_dtypes_and_provenance(results_dir, make_section):
-    legacy = make_section("kl_div")
-    legacy["rows_by_dtype"] = {"bfloat16": [{**r, "dtype": "bfloat16"} for r in legacy["rows"]]}
-    (results_dir / "fixture-gpu.json").write_text(json.dumps({"device": "Fixture GPU", "problems": {"kl_div": legacy}}))
-    section = records.latest_section("kl_div", results_dir=results_dir)
-    assert section.dtypes == ["float32", "bfloat16"] and len(section.rows) == 2 * len(legacy["rows"])
-    assert {r.date for r in section.rows} == {legacy["date"]} and section.torch == "fixture"
-    assert section.is_fresh()  # the fixture was stamped with today's hash
-    # the older dict keys still answer, for the view notebooks show
-    assert section["rows"] == [r.as_dict() for r in section.view().rows]
-    assert set(section["rows_by_dtype"]) == {"bfloat16"} and section["dtype"] == "float32"
-    assert {**section}["kernels_sha256"] == records.sources_sha256("kl_div")
+def _older_format(section: records.Section) -> dict:
+    """``section`` as the older, pre-typed format held it: provenance, shape, repeats and bandwidth
+    per section, rows without their own provenance, the other dtypes under ``rows_by_dtype``."""
+    stamps = ("date", "torch", "cuda", "sources_sha256")
+    rows = [{k: v for k, v in r.as_dict().items() if k not in stamps} for r in section.rows]
+    bandwidth = {"read": section.ceilings["read_gbps"], "copy": section.ceilings["copy_gbps"]}
+    return {"date": section.date, "torch": section.torch, "cuda": section.cuda,
+            "kernels_sha256": section.sources_sha256, "shape": list(section.primary_shape), "dtype": "float32",
+            "repeats": 20, "bandwidth_gbps": bandwidth,
+            "rows": rows, "rows_by_dtype": {"bfloat16": [{**r, "dtype": "bfloat16"} for r in rows]},
+            "checks": [{k: v for k, v in c.as_dict().items() if k not in stamps} for c in section.checks]}
+
+
+@pytest.mark.parametrize("schema", [None, 2])  # the older files had no schema; one stamped 2 by hand is refused too
+def test_a_record_of_the_older_format_is_refused_in_one_line(results_dir, make_section, schema):
+    path = results_dir / "fixture-gpu.json"
+    record = {"device": "Fixture GPU", "problems": {"kl_div": _older_format(make_section("kl_div"))}}
+    path.write_text(json.dumps(record if schema is None else {**record, "schema": schema}))
+    with pytest.raises(records.RecordError) as err:
+        records.latest_section("kl_div", results_dir=results_dir)
+    message = str(err.value)
+    assert message.startswith(f"{path}: a record of the older format") and "\n" not in message
+    assert "kernels_sha256" in message and "re-record it with `python -m losslab bench kl_div`" in message
+    with pytest.raises(ValueError, match="older format .*bandwidth_gbps.*re-record it"):
+        records.Section.from_dict({"device": "Fixture GPU", **record["problems"]["kl_div"]}, "kl_div")
+
+
+def test_the_current_format_reads_back_as_written(results_dir, make_section):
+    section = make_section("kl_div")
+    path = records.save_section("kl_div", section, results_dir)
+    assert json.loads(path.read_text())["schema"] == records.SCHEMA
+    back = records.load(path).sections["kl_div"]
+    assert back.rows == section.rows and back.checks == section.checks and back.ceilings == section.ceilings
+    assert back.date == section.date and back.torch == "fixture" and back.is_fresh()
 
 
 def test_stale_mixed_rows_read_as_not_fresh(make_section):
-    section = records.Section.from_dict(make_section("kl_div"), "kl_div")
+    section = make_section("kl_div")
     section.rows.append(_row(shape=(8, 8), sources_sha256="0" * 64))
     assert not section.is_fresh() and section.stale() == [section.rows[-1]]
-    assert not records.is_fresh({**section}, "kl_div")
+    assert not records.is_fresh(section)
 
 
 def test_mixed_devices_are_told_apart(results_dir, make_section):
@@ -252,7 +275,7 @@ def test_mixed_devices_are_told_apart(results_dir, make_section):
 
 
 def test_describe_says_what_a_section_holds(make_section):
-    section = records.Section.from_dict(make_section("kl_div"), "kl_div")
+    section = make_section("kl_div")
     section.rows.append(_row(shape=(8, 8), dtype="bfloat16"))
     text = section.describe()
     assert "16384x16384, 8x8" in text and "float32, bfloat16" in text and "Fixture GPU" in text
@@ -363,7 +386,7 @@ def test_the_ncu_profile_is_typed_in_the_record_and_read_back(results_dir):
     back = records.latest_section("kl_div", results_dir=results_dir).ncu
     assert isinstance(back, Profile) and back == profile
     assert back.find("naive", "forward").sectors_per_request == 32.0
-    assert back["records"][0]["dram_bytes_read"] == 8.0  # the dict form older code reads
+    assert back.records[0].dram_bytes_read == 8.0 and not hasattr(back, "get")  # attributes, no dict access
 
 
 # --- gpu tier: a live section, saved and read back ------------------------------------------------------------

@@ -7,40 +7,45 @@ the title, and the CLI's PNG files. (Ceilings: test_ceilings.py; ncu: test_ncu.p
 The sections below are test fixtures with made-up round numbers, built here to exercise the
 code; they are never written under reports/.
 """
-import json
+import dataclasses
 
 import pytest
 
-from losslab import problems
+from losslab import problems, records
 from losslab.__main__ import main
+from losslab.measure.bench import BenchRow, flag_physical_floor
 from losslab.present import roofline
 
 SEED = (16384, 16384)
 N = SEED[0] * SEED[1]
 
 
-def fixture_section(with_ncu: bool = True) -> dict:
-    """A bench section shaped like `python -m losslab bench kl_div` writes (made-up times)."""
+def fixture_section(with_ncu: bool = True) -> records.Section:
+    """A recorded kl_div section as `python -m losslab bench kl_div` records it (made-up times)."""
     times = {"naive": 40.0, "shared_memory": 1.0, "warp_shuffle": 0.9, "vectorized": 0.8, "eager": 2.0, "compile": 0.9}
-    rows = [{"problem": "kl_div", "implementation": impl, "kind": "peer" if impl in ("eager", "compile") else "variant",
-             "direction": direction, "shape": list(SEED), "dtype": "float32", "median_ms": ms * scale,
-             "p10_ms": ms * scale, "p90_ms": ms * scale, "repeats": 1, "gbps": 0.0, "bandwidth": "read",
-             "fraction_of_bandwidth": 0.0, "peak_extra_bytes": 0, "error": 0.0}
+    rows = [BenchRow("kl_div", impl, "peer" if impl in ("eager", "compile") else "variant", direction, SEED,
+                     "float32", median_ms=ms * scale, p10_ms=ms * scale, p90_ms=ms * scale, repeats=1, gbps=0.0,
+                     bandwidth="read", fraction_of_bandwidth=0.0, peak_extra_bytes=0, error=0.0,
+                     date="2000-01-01T00:00:00+00:00", torch="fixture", cuda="fixture", sources_sha256="0" * 64)
             for impl, ms in times.items() for direction, scale in (("forward", 1.0), ("backward", 1.5),
                                                                     ("forward_backward", 2.5))]
-    section = {"device": "NVIDIA H100 80GB HBM3", "date": "2000-01-01T00:00:00+00:00", "torch": "fixture",
-               "cuda": "fixture", "kernels_sha256": "0" * 64, "shape": list(SEED), "dtype": "float32",
-               "repeats": 1, "bandwidth_gbps": {"read": 3000.0, "copy": 2800.0}, "rows": rows, "checks": [],
-               "ceilings": {"read_gbps": 3000.0, "copy_gbps": 2800.0, "fp32_fma_tflops": 50.0,
-                            "mufu_ex2_tops": 4.0, "datasheet": None}}
-    if with_ncu:
-        section["ncu"] = {"status": "ok", "message": "fixture", "shape": list(SEED), "records": [
-            {"implementation": "naive", "kind": "variant", "direction": "forward",
-             "kernels": ["kl_div_naive_forward_kernel", "sum_partials_kernel"], "launches": 2,
-             "dram_bytes_read": 4.0 * 8 * N, "dram_bytes_written": 0.0, "duration_ms": 40.0,
-             "fadd": 0.0, "fmul": 0.0, "ffma": 0.0, "fp32_flops": 0.0},
-        ]}
-    return section
+    ceilings = {"read_gbps": 3000.0, "copy_gbps": 2800.0, "fp32_fma_tflops": 50.0, "mufu_ex2_tops": 4.0,
+                "datasheet": None}
+    ncu = records.Profile("ok", "fixture", list(SEED), records=[
+        records.Counters("naive", "variant", "forward", launches=2,
+                         kernels=["kl_div_naive_forward_kernel", "sum_partials_kernel"],
+                         dram_bytes_read=4.0 * 8 * N, dram_bytes_written=0.0, duration_ms=40.0)])
+    return retimed(records.Section("kl_div", "NVIDIA H100 80GB HBM3", rows=rows, ceilings=ceilings,
+                                   ncu=ncu if with_ncu else None))
+
+
+def retimed(section: records.Section, implementation: str = "", direction: str = "", **values) -> records.Section:
+    """``section`` with ``values`` set on the row of (implementation, direction) (every row where
+    ``implementation`` is empty), each row flagged against the device's physical floor as a record
+    read from a file is."""
+    rows = [dataclasses.replace(r, **values) if not implementation or (r.implementation, r.direction) ==
+            (implementation, direction) else r for r in section.rows]
+    return dataclasses.replace(section, rows=[flag_physical_floor(r, section.device) for r in rows])
 
 
 # --- cpu tier: cost model -------------------------------------------------------------------
@@ -69,7 +74,7 @@ def test_points_sit_at_model_intensity_and_flops_over_time():
 
 def test_measured_points_need_the_same_shape():
     section = fixture_section()
-    section["ncu"]["shape"] = [128, 4096]  # profiled at another size: bytes are not comparable
+    section.ncu.shape = [128, 4096]  # profiled at another size: bytes are not comparable
     assert all(p.measured_bytes is None for p in roofline.points(section))
 
 
@@ -91,17 +96,14 @@ def test_plot_has_roofs_ridge_and_every_point():
 
 
 def test_plot_without_ceilings_falls_back_to_the_labelled_datasheet():
-    section = fixture_section(with_ncu=False)
-    del section["ceilings"]
+    section = dataclasses.replace(fixture_section(with_ncu=False), ceilings={})
     fig = roofline.plot_roofline(section)
     assert any("(datasheet FP32)" in line.get_label() for line in fig.axes[0].lines)
 
 
 def test_a_point_below_the_physical_floor_is_crossed_out_and_explained():
-    section = fixture_section()
-    for row in section["rows"]:
-        if row["implementation"] == "vectorized" and row["direction"] == "backward":
-            row["median_ms"] = 0.001  # 3.2 GB in 1 us: far below the H100's datasheet floor
+    # 3.2 GB in 1 us: far below the H100's datasheet floor
+    section = retimed(fixture_section(), "vectorized", "backward", median_ms=0.001)
     pts = {(p.implementation, p.direction): p for p in roofline.points(section)}
     assert "below the physical floor" in pts["vectorized", "backward"].floor_verdict
     assert not pts["vectorized", "forward"].floor_verdict
@@ -117,7 +119,7 @@ def test_the_title_names_device_date_and_versions_and_one_device_only():
     section = fixture_section()
     title = roofline.plot_roofline(section).axes[0].get_title()
     assert "NVIDIA H100 80GB HBM3" in title and "2000-01-01 00:00 UTC" in title and "torch fixture" in title
-    other = {**fixture_section(), "device": "NVIDIA H200"}
+    other = dataclasses.replace(fixture_section(), device="NVIDIA H200")
     with pytest.raises(ValueError, match="one device"):
         roofline.plot_roofline([section, other])
 
@@ -129,8 +131,7 @@ def test_model_only_plot_draws_without_any_record():
 
 def _write_record(results_dir, section):
     results_dir.mkdir(parents=True, exist_ok=True)
-    (results_dir / "fixture.json").write_text(json.dumps({"device": section["device"],
-                                                          "problems": {"kl_div": section}}))
+    records.save_section("kl_div", section, results_dir)
 
 
 def test_cli_roofline_writes_nonempty_pngs(tmp_path, capsys):
@@ -159,16 +160,14 @@ def test_the_mufu_roof_is_drawn_per_direction_with_its_ridge():
     assert any("fwd+bwd" in label for label in mufu)
     assert not any("bwd:" in label and "fwd+bwd" not in label for label in mufu)  # no log in the backward
     section = fixture_section()
-    del section["ceilings"]["mufu_ex2_tops"]
+    del section.ceilings["mufu_ex2_tops"]
     assert not [line for line in roofline.plot_roofline(section).axes[0].lines
                 if line.get_label().startswith("MUFU roof")]
 
 
 def test_a_point_above_the_measured_roof_is_marked_and_explained():
-    section = fixture_section(with_ncu=False)
-    for row in section["rows"]:
-        if row["implementation"] == "vectorized" and row["direction"] == "forward":
-            row["median_ms"] = 8 * N / 3000e9 * 1e3 / 1.06  # 6% above the 3000 GB/s read roof
+    # 6% above the 3000 GB/s read roof
+    section = retimed(fixture_section(with_ncu=False), "vectorized", "forward", median_ms=8 * N / 3000e9 * 1e3 / 1.06)
     ax = roofline.plot_roofline(section).axes[0]
     texts = [t.get_text() for t in ax.texts]
     assert "vectorized (fwd) +6% over the read roof" in texts
@@ -180,9 +179,7 @@ def test_a_point_above_the_measured_roof_is_marked_and_explained():
 
 
 def test_each_point_uses_its_own_dtypes_bytes_and_never_float32_traffic():
-    section = fixture_section()
-    for row in section["rows"]:
-        row["dtype"] = "bfloat16"  # a bf16-only section: its bytes are half of float32's
+    section = retimed(fixture_section(), dtype="bfloat16")  # a bf16-only section: its bytes are half of float32's
     pts = {(p.implementation, p.direction): p for p in roofline.points(section)}
     assert pts["vectorized", "forward"].intensity == pytest.approx(1.0)  # 4 FLOP per 2 x 2 bytes
     assert all(p.measured_bytes is None for p in pts.values())  # ncu profiled float32 only

@@ -3,6 +3,7 @@ in tests/simulator_cases/ get their specific message, and the simulator's own ch
 (barriers, shuffle masks, alignment, bounds, time limit) report what they should.
 cpu tier: needs g++ with the sanitizers, no GPU."""
 import functools
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -307,3 +308,37 @@ def test_a_launcher_with_the_wrong_signature_is_named():
     assert not g.passed
     assert "link: undefined reference to `kl_div_custom_forward(" in joined(g)
     assert "hint: kl_div_custom_forward is missing, or its parameters differ from the contract" in joined(g)
+
+
+def test_command_line_takes_a_path_never_a_folder_or_missing_file_as_cuda(tmp_path, capsys):
+    """`coalesce some_folder/` compiled the folder's name as CUDA text."""
+    from losslab.teach.simulator.__main__ import main
+
+    assert main(["coalesce", f"{tmp_path}/"]) == 2
+    assert capsys.readouterr().err == f"error: source: {tmp_path}/ is a folder; expected a .cu file\n"
+    assert main(["coalesce", str(tmp_path / "mine.cu")]) == 2
+    assert "mine.cu is not a file (no such file); expected a .cu file" in capsys.readouterr().err
+
+
+def test_an_unwritable_cache_is_one_line_naming_it_and_the_variable_that_moves_it(tmp_path, monkeypatch, capsys):
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    monkeypatch.setenv("LOSSLAB_CACHE", str(blocker))
+    with pytest.raises(build.SimulatorError, match=rf"^the simulator's cache folder {blocker}/simulator is not "
+                                                   r"writable \(.*\); set LOSSLAB_CACHE to a writable folder"):
+        build.build("kl_div", "// nothing")
+    from losslab.teach.simulator.__main__ import main
+
+    assert main(["coalesce"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "LOSSLAB_CACHE" in err and "Traceback" not in err
+
+
+def test_a_killed_builds_temporary_folder_is_removed_by_the_next_build(tmp_path):
+    """A build killed before its cleanup ran left <name>.tmp... behind for good."""
+    stale = tmp_path / "kl_div-0123.tmp999999999-x1"  # a pid above any pid_max: its process is gone
+    running = tmp_path / f"kl_div-4567.tmp{os.getpid()}-x2"  # a build still running (this process)
+    stale.mkdir()
+    running.mkdir()
+    final = build._atomic_dir(tmp_path / "kl_div-89ab", lambda tmp: (tmp / "sim").write_text(""))
+    assert (final / "sim").exists() and not stale.exists() and running.exists()

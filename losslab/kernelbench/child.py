@@ -1,26 +1,30 @@
-"""The child process of ``losslab.kernelbench.evaluate``: runs one solution file and measures it.
+"""The child process of ``losslab.kernelbench.evaluate``: loads one solution file and runs it
+on the evaluator's command.
 
     python -m losslab.kernelbench.child CONFIG.json
 
-Run only by ``evaluate.evaluate``, in a temporary working directory with its own
-TORCH_EXTENSIONS_DIR. THIS PROCESS RUNS THE SOLUTION'S CODE. It writes its findings to
-``config["result"]`` as JSON after every stage, so that the parent knows how far it got if
-the solution hangs or kills the process. The child decides what needs the solution's objects
-(build, correctness, gradient, repeatability, tampering); the parent judges the measured
-times (``verdict.judge_timing``).
+Run only by ``evaluate.evaluate`` (through ``supervisor``), in a temporary working directory
+with its own TORCH_EXTENSIONS_DIR. THIS PROCESS RUNS THE SOLUTION'S CODE, so it decides
+nothing: it reads commands on standard input (the first one names the pipe for its replies),
+draws the inputs each command's seed gives (``inputs.make``), calls the solution, and hands
+back what the solution returned (output tensors, gradients) and what its clocks measured. The
+parent holds its own copy of every input, computes every reference and every comparison
+itself, and checks the reported times against its own clock (see ``evaluate``).
 
-Defences against a solution that games the measurement:
+What this process does find, it reports, as far as the solution lets it (code in this process
+can change anything here): the solution's build error or exception, a replaced function of
+torch, time, the problem or this module (``tampered``), an input changed in place (a copy of
+each input before the call, compared bitwise after it).
+
+Defences of the timing (the parent's clock bounds them from below):
 
 - the clocks, events and synchronisation the timing uses are bound when this module is
-  imported, before any solution code runs, so patching ``torch.cuda.Event``,
-  ``time.perf_counter`` and the like changes no measurement; a replaced function of torch,
-  time, the problem or this module is reported as ``tampered`` (:func:`replaced`);
-- every timed call gets fresh inputs, made outside the timed region, and its output is
-  checked against the reference afterwards: a cached answer is ``wrong_values``, and a cache
-  keyed on the input objects never hits;
+  imported, before any solution code runs;
+- every timed call gets fresh inputs from a seed the parent draws at that moment, made
+  outside the timed region; its output goes back to the parent for checking;
 - every timed call is measured twice: CUDA events on the caller's stream, and the host clock
-  around the call and a device-wide synchronisation. The device-wide time is the one judged;
-  work left running on another stream shows as the difference (``hidden_work``).
+  around the call and a device-wide synchronisation. Work left running on another stream
+  shows as the difference (``hidden_work``).
 """
 from __future__ import annotations
 
@@ -43,8 +47,10 @@ import torch
 import torch.nn as nn
 
 from losslab import problems
+from losslab.kernelbench.channel import receive_command, send
+from losslab.kernelbench.inputs import make as draw
+from losslab.kernelbench.verdict import ALLCLOSE_TOL
 from losslab.measure import check
-from losslab.measure.check import GRAD_LOSS, TOLERANCES, relative_error
 from losslab.measure.timing import peak_extra_memory
 
 # Bound before any solution code runs: a solution that patches these later cannot change a measurement.
@@ -54,11 +60,8 @@ _Event = torch.cuda.Event
 _record = torch.cuda.Event.record
 _elapsed_time = torch.cuda.Event.elapsed_time
 
-# KernelBench's torch.allclose tolerances (atol = rtol) per output dtype
-ALLCLOSE_TOL = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 1e-2}
 BUILD_FAILURE_SIGNS = ("Error building extension", "undefined symbol")
 WARMUP_MS = 50.0  # warm-up calls run at least this long (and at least 3), as Triton's do_bench does
-TIMING_SEED_OFFSET = 1000  # timed calls use seeds the trials never use
 # a compiler's diagnostic: nvcc "file.cu(12): error: ...", gcc/clang "file.cpp:12:5: error: ..."
 _DIAGNOSTIC = re.compile(r"(\(\d+\)|:\d+(:\d+)?):\s*(fatal )?error\b")
 _BUILD_NOISE = re.compile(r"^(\[\d+/\d+\] |FAILED: |ninja: )|-DTORCH_EXTENSION_NAME=")
@@ -257,7 +260,7 @@ def summarize(times: dict, overhead_ms: float) -> dict:
             "event_ms": statistics.median(times["event_ms"]), "wall_ms": statistics.median(times["wall_ms"])}
 
 
-# --- comparisons and serialisation -------------------------------------------------------------------
+# --- comparisons --------------------------------------------------------------------------------------
 
 def matches(got: object, expected: torch.Tensor) -> bool:
     """``got`` is a tensor of ``expected``'s shape, allclose at KernelBench's tolerance for its dtype."""
@@ -275,26 +278,9 @@ def bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     return bool(torch.equal(as_bytes(a), as_bytes(b)))
 
 
-def jsonable(value: object) -> object:
-    """``value`` with tensors, dtypes, tuples and paths made JSON-friendly (a tensor of any dtype
-    becomes a float or a nested list of floats)."""
-    if isinstance(value, torch.Tensor):
-        value = value.detach().cpu()
-        return value.double().tolist() if value.is_floating_point() else value.tolist()
-    if isinstance(value, dict):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [jsonable(v) for v in value]
-    if isinstance(value, (str, int, float, bool)) or value is None:
-        return value
-    return str(value).removeprefix("torch.")
-
-
-def write_json(path: Path, result: dict) -> None:
-    """Write ``result`` atomically (a reader never sees half a file)."""
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(jsonable(result)))
-    os.replace(tmp, path)
+def changed(names: tuple[str, ...], before: list[torch.Tensor], after: tuple) -> list[str]:
+    """The names of the inputs whose bytes differ from the copies taken before the call."""
+    return [name for name, old, new in zip(names, before, after, strict=True) if not bitwise_equal(old, new)]
 
 
 def describe(values) -> list[str]:
@@ -313,27 +299,29 @@ class Reference(nn.Module):
         return self.problem.reference(*inputs)
 
 
-# --- the protocol ------------------------------------------------------------------------------------
+# --- the commands ------------------------------------------------------------------------------------
 
 class Session:
-    """One evaluation: the config, the result so far, and one method per stage."""
+    """One evaluation in the child: the config, the solution's model, one method per command.
+
+    Each method takes the command's fields and returns (reply header, tensors); a failure of
+    the solution raises :class:`Stop`.
+    """
 
     def __init__(self, config: dict):
         self.config = config
         self.device = config.get("device", "cuda")
         self.spec = problems.get(config["problem"])
+        self.names = tuple(self.spec.input_names)
         self.shape = tuple(config["shape"])
         self.dtype = getattr(torch, config["dtype"])
-        self.result: dict = {"status": "running", "stage": "start", "message": "", "detail": ""}
-        self.before: dict[str, object] = {}
+        self.before: dict = {}
+        self.model: nn.Module | None = None
+        self.flush: torch.Tensor | None = None
+        self.prepared: tuple | None = None
 
-    def save(self, stage: str | None = None) -> None:
-        if stage:
-            self.result["stage"] = stage
-        write_json(Path(self.config["result"]), self.result)
-
-    def inputs(self, seed: int) -> tuple:
-        return self.spec.make_inputs(self.shape, seed=seed, device=self.device, dtype=self.dtype)
+    def inputs(self, seed: int, kind: str = "random") -> tuple:
+        return draw(self.config["problem"], self.shape, seed, kind, self.device, self.dtype)
 
     def call(self, stage: str, fn: Callable, *args):
         """Run the solution's code ``fn(*args)`` (its output captured); its exceptions become a Stop."""
@@ -353,11 +341,10 @@ class Session:
             shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
             raise Stop("tampered", f"{when}, the solution had replaced {shown}", "\n".join(names))
 
-    def load(self) -> nn.Module:
+    def load(self) -> tuple[dict, list]:
         """Import the file (which may build its extension) and construct its ModelNew."""
-        self.result["device"] = torch.cuda.get_device_name() if self.device == "cuda" else "cpu (no timing, no memory)"
+        device = torch.cuda.get_device_name() if self.device == "cuda" else "cpu (no timing, no memory)"
         self.before = watched(self.spec)
-        self.save("load")
         module_spec = importlib.util.spec_from_file_location("solution", self.config["solution"])
         solution = importlib.util.module_from_spec(module_spec)
         sys.modules["solution"] = solution
@@ -371,146 +358,134 @@ class Session:
                 own[name] = describe(fn()) if callable(fn) else None
             except Exception as err:  # noqa: BLE001
                 own[name] = f"raised {type(err).__name__}: {err}"[:300]
-        self.result["solution_inputs"] = own
-        self.save("construct")
-        return self.call("construct", lambda: solution.ModelNew().to(self.device).eval())
+        self.model = self.call("construct", lambda: solution.ModelNew().to(self.device).eval())
+        self.check_untampered("after loading and constructing ModelNew")
+        return {"device": device, "solution_inputs": own}, []
 
-    def correctness(self, model: nn.Module, reference: nn.Module) -> None:
-        """``trials`` forwards on fresh seeded inputs against the reference (shape, allclose, float64)."""
-        self.save("correctness")
-        tol = ALLCLOSE_TOL[self.dtype]
-        self.result["trials"] = trials = []
-        for trial in range(self.config["trials"]):
-            seed = self.config["seed"] + trial
-            inputs = self.inputs(seed)
-            with torch.no_grad():
-                expected = reference(*inputs)
-                got = self.call("forward", model, *inputs)
-            record = {"trial": trial, "seed": seed}
-            trials.append(record)
-            if not isinstance(got, torch.Tensor):
-                raise Stop("wrong_shape", f"trial {trial}: forward returned {type(got).__name__}, expected a tensor "
-                           f"of shape {tuple(expected.shape)}")
-            record.update(shape=list(got.shape), dtype=str(got.dtype).removeprefix("torch."))
-            if got.shape != expected.shape:
-                raise Stop("wrong_shape", f"trial {trial}: output shape {tuple(got.shape)}, reference "
-                           f"{tuple(expected.shape)}")
-            loss64, _ = self.spec.reference_float64(*inputs)
-            got_cmp = got.detach().to(expected.dtype)
-            record.update(
-                value=got_cmp.double().flatten()[:1].item(), reference=expected.double().flatten()[:1].item(),
-                max_abs_diff=(got_cmp.double() - expected.double()).abs().max().item(),
-                allclose=matches(got_cmp, expected), rel_error_fp64=relative_error(got_cmp, loss64)[0])
-            self.save()
-            if not record["allclose"]:
-                raise Stop("wrong_values", f"trial {trial} (seed {seed}): got {record['value']:.8g}, reference "
-                           f"{record['reference']:.8g}; |diff| {record['max_abs_diff']:.3g} exceeds "
-                           f"atol + rtol * |reference| with atol = rtol = {tol:g}")
+    def forward(self, seed: int, kind: str, shape: list[int]) -> tuple[dict, list]:
+        """One forward without autograd on the inputs of (``seed``, ``kind``); the output goes back
+        if it has the reference's ``shape`` (else only its type, shape and dtype)."""
+        inputs = self.inputs(seed, kind)
+        copies = [x.clone() for x in inputs]
+        with torch.no_grad():
+            got = self.call("forward", self.model, *inputs)
+        header = {"changed": changed(self.names, copies, inputs), **_output_header(got)}
+        return header, [got.detach()] if header.get("shape") == shape else []
 
-    def backward(self, model: nn.Module) -> None:
-        """If the output carries autograd, its gradient w.r.t. the first input against float64."""
-        self.save("backward")
-        inputs = self.inputs(self.config["seed"] + self.config["trials"])
+    def backward(self, seed: int, kind: str, grad_loss: float) -> tuple[dict, list]:
+        """Forward with autograd on the first input, then ``backward(grad_loss)``: the loss and the
+        gradient, or ``supported: False`` and why there is none."""
+        inputs = self.inputs(seed, kind)
+        copies = [x.clone() for x in inputs]
         predictions = inputs[0].detach().clone().requires_grad_(True)
-        loss = self.call("backward", model, predictions, *inputs[1:])
-        backward = {"supported": bool(isinstance(loss, torch.Tensor) and loss.requires_grad)}
-        self.result["backward"] = backward
-        if not backward["supported"]:
-            return
-        grad_loss = torch.tensor(GRAD_LOSS, device=self.device, dtype=loss.dtype)
-        self.call("backward", lambda: loss.backward(grad_loss))
-        _, grad64 = self.spec.reference_float64(*inputs)
-        tolerance = TOLERANCES[self.dtype][1]
-        if predictions.grad is None or predictions.grad.shape != predictions.shape:
-            backward.update(passed=False, detail="no gradient of predictions' shape")
-        else:
-            error, found = relative_error(predictions.grad, grad64 * GRAD_LOSS)
-            backward.update(rel_error=error, tolerance=tolerance, passed=error <= tolerance and not found,
-                            detail=found)
-        if not backward["passed"]:
-            raise Stop("wrong_values", f"backward: gradient relative error {backward.get('rel_error', 'n/a')} "
-                       f"against float64 exceeds {tolerance:g} {backward['detail']}".strip())
+        loss = self.call("backward", self.model, predictions, *inputs[1:])
+        header = {"changed": changed(self.names, copies, (predictions.detach(), *inputs[1:]))}
+        if not (isinstance(loss, torch.Tensor) and loss.requires_grad):
+            return {**header, "supported": False, "why": "the output does not require grad"}, []
+        try:
+            self.call("backward", lambda: loss.backward(torch.full_like(loss, grad_loss)))
+        except Stop as stop:
+            if stop.status != "raised":
+                raise
+            return {**header, "supported": False, "why": f"loss.backward() raised: {stop.message}"}, []
+        header["changed"] = changed(self.names, copies, (predictions.detach(), *inputs[1:]))
+        if predictions.grad is None:
+            return {**header, "supported": False, "why": "no gradient reaches the first input"}, []
+        return {**header, "supported": True}, [loss.detach(), predictions.grad]
 
-    def repeatability(self, model: nn.Module) -> None:
-        self.save("repeatability")
-        inputs = self.inputs(self.config["seed"])
+    def repeat(self, seed: int, kind: str) -> tuple[dict, list]:
+        """Three forwards on the same inputs (the parent compares them bitwise)."""
+        inputs = self.inputs(seed, kind)
         with torch.no_grad():
-            runs = [self.call("forward", lambda: model(*inputs).detach().clone()) for _ in range(3)]
-        self.result["repeatable"] = all(bitwise_equal(runs[0], r) for r in runs[1:])
+            runs = [self.call("forward", lambda: self.model(*inputs)) for _ in range(3)]
+        if not all(isinstance(r, torch.Tensor) for r in runs):
+            return {"tensors_returned": False}, []
+        return {"tensors_returned": True}, [r.detach().clone() for r in runs]
 
-    def memory(self, model: nn.Module, reference: nn.Module) -> None:
-        self.save("memory")
-        inputs = self.inputs(self.config["seed"])
+    def memory(self, seed: int, kind: str) -> tuple[dict, list]:
+        inputs = self.inputs(seed, kind)
         with torch.no_grad():
-            self.result["memory"] = {
-                "solution_bytes": self.call("memory", peak_extra_memory, lambda: model(*inputs)),
-                "eager_bytes": peak_extra_memory(lambda: reference(*inputs))}
+            return {"bytes": self.call("memory", peak_extra_memory, lambda: self.model(*inputs))}, []
 
-    def timing(self, model: nn.Module, reference: nn.Module) -> None:
-        """The solution, eager and torch.compile, each on the same fresh inputs per timed call."""
-        self.save("timing")
-        seeds = [self.config["seed"] + TIMING_SEED_OFFSET + i for i in range(self.config["repeats"])]
-        flush = torch.empty(self.config["flush_bytes"] // 4, device="cuda")
-        timing: dict = {"repeats": self.config["repeats"], "overhead_ms": sync_overhead_ms(flush)}
-        self.result["timing"] = timing
+    def tampered(self, when: str) -> tuple[dict, list]:
+        self.check_untampered(when)
+        return {}, []
+
+    def setup(self, flush_bytes: int) -> tuple[dict, list]:
+        """The L2 flush buffer, and the host-clock cost of an empty timed call here."""
+        self.flush = torch.empty(flush_bytes // 4, device=self.device)
+        return {"overhead_ms": sync_overhead_ms(self.flush)}, []
+
+    def warmup(self, seed: int, kind: str) -> tuple[dict, list]:
+        """Calls on one set of inputs for at least WARMUP_MS and 3 calls (as Triton's do_bench)."""
+        inputs = self.inputs(seed, kind)
+        began, calls = _perf_counter(), 0
         with torch.no_grad():
-            times = self.call("timing", time_forward, model, self.inputs, seeds, flush, reference)
-            self.check_untampered("while it was timed")
-            if times["mismatched"]:
-                i = times["mismatched"][0]
-                raise Stop("wrong_values", f"timed call {i} (seed {seeds[i]}): the output does not match the "
-                           f"reference on that call's inputs ({len(times['mismatched'])} of {len(seeds)} timed "
-                           "calls differ); was a result cached from earlier inputs?")
-            peers = {"solution": times, "eager": time_forward(reference, self.inputs, seeds, flush)}
-            if self.config["compile"]:
-                try:
-                    compiled = torch.compile(reference)
-                    peers["compile"] = time_forward(compiled, self.inputs, seeds, flush)
-                except Exception as err:  # noqa: BLE001 - a peer failing is reported, not fatal
-                    timing["compile_error"] = f"{type(err).__name__}: {err}"[:300]
-        for name, measured in peers.items():
-            timing.update({f"{name}_{key}": value for key, value in summarize(measured, timing["overhead_ms"]).items()})
-        for name in ("eager", "compile"):
-            if f"{name}_ms" in timing:
-                timing[f"speedup_{name}"] = timing[f"{name}_ms"] / timing["solution_ms"]
+            while calls < 3 or (_perf_counter() - began) * 1e3 < WARMUP_MS:
+                self.call("timing", self.model, *inputs)
+                calls += 1
+        return {"calls": calls}, []
+
+    def prepare(self, seed: int | None, kind: str = "random") -> tuple[dict, list]:
+        """Make the next timed call's inputs (None: time an empty call), outside any timing."""
+        self.prepared = None if seed is None else self.inputs(seed, kind)
+        if self.device == "cuda":  # made before the parent's clock starts
+            _synchronize()
+        return {}, []
+
+    def go(self, shape: list[int]) -> tuple[dict, list]:
+        """The timed call on the prepared inputs (:func:`timed_call`); its output goes back."""
+        # the empty call returns a 0-d tensor too: its reply costs the parent's clock what a loss's does
+        forward, inputs = (self.model, self.prepared) if self.prepared is not None else (lambda: self.flush[0], ())
+        with torch.no_grad():
+            event_ms, wall_ms, output = self.call("timing", timed_call, forward, inputs, self.flush)
+        header = {"event_ms": event_ms, "wall_ms": wall_ms, **_output_header(output)}
+        return header, [output.detach()] if header.get("shape") == shape else []
 
 
-def run(config: dict) -> dict:
-    """Every stage in order; the first failure ends the run. Returns (and writes) the result."""
+def _output_header(value: object) -> dict:
+    if not isinstance(value, torch.Tensor):
+        return {"type": type(value).__name__}
+    return {"type": "Tensor", "shape": list(value.shape), "dtype": str(value.dtype).removeprefix("torch.")}
+
+
+COMMANDS = ("forward", "backward", "repeat", "memory", "tampered", "setup", "warmup", "prepare", "go")
+
+
+def serve(config: dict, commands: int) -> None:
+    """Answer the parent's commands on descriptor ``commands`` until it says "exit" or closes the
+    pipe. The first command, ``{"op": "start", "replies": FD}``, names the reply pipe and loads
+    the solution; every reply is ``{"op": "reply", ...}`` or, at the first failure,
+    ``{"op": "failed", "status", "message", "detail"}`` (the last one)."""
     session = Session(config)
+    first = receive_command(commands)
+    if not first or first.get("op") != "start":
+        return
+    replies = int(first["replies"])
     try:
         if session.device == "cuda" and not torch.cuda.is_available():
             raise Stop("no_gpu", "no CUDA GPU visible to the evaluating process")
-        model = session.load()
-        session.check_untampered("after loading and constructing ModelNew")
-        reference = Reference(session.spec).to(session.device).eval()
-        session.correctness(model, reference)
-        session.backward(model)
-        session.repeatability(model)
-        session.check_untampered("after the correctness checks")
-        if session.device == "cuda":  # the CPU dry run (tests of the evaluator) measures nothing
-            session.memory(model, reference)
-            session.timing(model, reference)
-        session.result["status"] = "passed"
-        session.save("done")
+        header, tensors = session.load()
+        send(replies, {**header, "op": "reply"}, tensors)
+        while (command := receive_command(commands)) is not None and command.get("op") in COMMANDS:
+            fields = {k: v for k, v in command.items() if k != "op"}
+            header, tensors = getattr(session, command["op"])(**fields)
+            send(replies, {**header, "op": "reply"}, tensors)
     except Stop as stop:
-        session.result.update(status=stop.status, message=stop.message, detail=stop.detail)
-        session.save()
+        send(replies, {"op": "failed", "status": stop.status, "message": stop.message, "detail": stop.detail})
     except Exception as err:  # noqa: BLE001 - outside the solution's calls: the evaluator's own failure
         text = "".join(traceback.format_exception(err))
         status = "crashed" if is_cuda_error(err) else "evaluator_error"  # a CUDA error is the solution's, late
-        session.result.update(status=status, message=f"{type(err).__name__} in the evaluator at stage "
-                              f"{session.result['stage']!r}: {str(err).splitlines()[0][:300] if str(err) else ''}",
-                              detail=text[-8000:])
-        session.save()
-    return session.result
+        send(replies, {"op": "failed", "status": status, "detail": text[-8000:],
+                       "message": f"{type(err).__name__} in the evaluator's child: "
+                                  f"{str(err).splitlines()[0][:300] if str(err) else ''}"})
 
 
 def main(argv: list[str]) -> int:
     config = json.loads(Path(argv[0]).read_text())
-    run(config)
+    serve(config, 0)
     sys.stdout.flush()
-    # Leave without running the solution's atexit hooks or destructors: the parent has the JSON.
+    # Leave without running the solution's atexit hooks or destructors: the parent has its replies.
     os._exit(0)
 
 

@@ -7,58 +7,90 @@ SECURITY: evaluating a solution RUNS ITS CODE (its Python at import, its C++/CUD
 and launch), with your user's rights. Evaluate only files you would run yourself. The file
 is never imported into the calling process: a child process (``losslab.kernelbench.child``)
 loads it, in a fresh temporary working directory, with its own TORCH_EXTENSIONS_DIR (so it
-neither reads nor overwrites another build), under a time limit after which its whole
-process group is killed. This isolates faults (a hang, a crash, a broken CUDA context), not
-a malicious file: the child has the same environment and file-system access as you.
+neither reads nor overwrites another build), under a supervisor (``supervisor``) that kills
+the child and every process it started when the evaluation ends or its time runs out.
 
-What the child checks, in order (the first failure ends the evaluation):
+Who decides what: this process (the parent) holds the verdict. It draws every seed (fresh and
+secret unless ``seed`` is given; timed calls always), makes its own copy of every input,
+computes every reference (float64, and eager for KernelBench's check) and every comparison.
+The child only draws the same inputs from the seed it is sent, runs the solution and hands
+back what came out (outputs, gradients) and what its clocks measured, over pipes the parent
+created. Nothing the solution writes can pass it: a result file it forges is never read, a
+message it writes into the pipes is at most a claimed output (checked like any other) or
+breaks the protocol (``tampered``), and the parent times every timed call with its own clock
+too. What the parent cannot check, it reports as the child found it: a replaced function
+(``tampered``), an input changed in place, peak memory.
+
+What is checked, in order (the first failure ends the evaluation):
 
 1. load and build the file (``compile_error`` with the compiler's first error and its line,
    whether or not the file builds with ``verbose=True``; ``raised``);
-2. KernelBench's protocol on the problem's inputs (``problem.make_inputs`` at the problem's
-   seed size unless ``size`` says otherwise; the file's own ``get_inputs`` and
-   ``get_init_inputs`` are reported, not used): ``trials`` correctness trials, each on fresh
-   inputs from seed ``seed + trial``; the output shape equal to the reference's
-   (``wrong_shape``), ``torch.allclose`` with atol = rtol = 1e-4 for fp32, 1e-2 for 16-bit
-   types (``wrong_values``, with the trial and by how much); the relative error against the
-   float64 reference is recorded too;
-3. if the output carries autograd, the gradient w.r.t. the first input against float64
-   (``check.TOLERANCES``; ``wrong_values`` if off);
+2. ``trials`` correctness trials at the problem's seed size unless ``size`` says otherwise,
+   each on two fresh sets of inputs from the trial's seed: the problem's random inputs (as
+   KernelBench's ``get_inputs``; the file's own ``get_inputs`` and ``get_init_inputs`` are
+   reported, not used) and structured ones (rows on very different scales, a few rows carrying
+   most of the loss; ``Problem.structured_inputs``). The output shape must be the reference's
+   (``wrong_shape``); its relative error against float64 must be within what an honest kernel
+   reaches for the dtype and the reduction length (``verdict.tolerance``; ``wrong_values``);
+   KernelBench's own check (``torch.allclose`` with atol = rtol = 1e-4 in fp32, 1e-2 in 16-bit,
+   against eager) is reported beside it, with why they differ if they do; an input changed in
+   place is ``mutated_inputs``;
+3. where the reference has a gradient: the gradient w.r.t. the first input, on both kinds of
+   inputs, against float64 (``check.TOLERANCES``; ``wrong_values`` if off); an answer without
+   a working backward passes as forward only (no speedup is claimed for training);
 4. bitwise repeatability (three runs), peak extra memory (``bench.peak_extra_memory``);
    a function of torch, time or losslab replaced by the solution (``tampered``);
 5. timing of the solution, PyTorch eager and ``torch.compile``: ``repeats`` calls, each on
    fresh inputs made outside the timed region, after warm-up, with L2 flushed; each call
    timed by CUDA events on the caller's stream and by the host clock around a device-wide
-   synchronisation, the longer one counting. Every timed output is checked (a cached answer
-   is ``wrong_values``); work left on another stream is ``hidden_work``; a median below the
-   speed-of-light floor (minimum bytes at the datasheet's peak bandwidth) is
-   ``impossible_time``, never a speedup; ``too_slow`` if the speedup over eager is below
-   ``min_speedup``.
+   synchronisation, the longer one counting, and by the parent's own clock around the whole
+   call (less that of an empty call): a reported time more than 20 % below it is
+   ``time_mismatch``. Every timed output is checked (a cached answer is ``wrong_values``);
+   work left on another stream is ``hidden_work``; a median below the speed-of-light floor
+   (minimum bytes at the datasheet's peak bandwidth) is ``impossible_time``, never a speedup;
+   ``too_slow`` if the speedup over eager is below ``min_speedup``. Eager and torch.compile
+   are timed by the parent after the child and everything it started are gone.
 
-A hang gives ``timed_out``, a dead child (an illegal address, a segfault) ``crashed`` with
-its stderr; without a GPU, ``no_gpu`` at once; a failure of the evaluator's own code
-``evaluator_error``.
+A hang gives ``timed_out``, a dead child (an illegal address, a segfault, an exit)
+``crashed`` with its stderr; without a GPU, ``no_gpu`` at once; a failure of the
+evaluator's own code ``evaluator_error``. ``device="cpu"`` is a dry run of stages 1-4 (no
+memory, no timing) on CPU tensors, for testing the evaluator and Python-only solutions.
 
-This module checks the arguments, runs the child and settles the verdict; the child
-(``child.py``) runs the solution and measures; ``verdict.py`` holds the Verdict and the
-rules over measured times, as pure functions.
+This module checks the arguments, runs the child and settles the verdict; ``child.py`` runs
+the solution, ``verdict.py`` holds the Verdict and the rules, as pure functions.
 """
 from __future__ import annotations
 
 import json
+import math
 import os
+import secrets
+import signal
+import statistics
 import sys
 import tempfile
 import time
+import traceback
+from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
 from losslab import problems
-from losslab.child_process import run_killable
-from losslab.kernelbench.verdict import ADVICE, STATUSES, Verdict, judge_timing, speed_of_light
-from losslab.measure.timing import FLUSH_BYTES
+from losslab.kernelbench import supervisor
+from losslab.kernelbench.channel import ChannelClosed, ChannelError, ChannelTimeout, receive, send_command
+from losslab.kernelbench.child import Reference, Stop, bitwise_equal, summarize, sync_overhead_ms, time_forward
+from losslab.kernelbench.inputs import KINDS
+from losslab.kernelbench.inputs import make as draw
+from losslab.kernelbench.verdict import ADVICE, STATUSES, Verdict, compare, judge_timing, speed_of_light
+from losslab.measure.check import GRAD_LOSS, TOLERANCES, relative_error
+from losslab.measure.timing import FLUSH_BYTES, peak_extra_memory
 
 __all__ = ["ADVICE", "STATUSES", "Verdict", "evaluate"]
 DTYPES = ("float32", "bfloat16", "float16")
+CHILD_STATUSES = ("compile_error", "raised", "crashed", "tampered", "evaluator_error", "no_gpu")  # it may report
+CALIBRATION_CALLS = 10  # empty timed calls: what the parent's clock adds to any call
+EXIT_PATIENCE_S = 5.0  # for a child told to exit (or dead) to end by itself before it is killed
 
 
 def solution_file(solution_path: str | os.PathLike) -> Path:
@@ -98,7 +130,7 @@ def output_file(json_path: str | os.PathLike) -> Path:
 
 
 def check_arguments(problem: str, size: str | tuple[int, int], dtype: str, trials: int, repeats: int,
-                    timeout_s: float, device: str) -> tuple[int, int]:
+                    timeout_s: float, device: str, min_speedup: float | None = None) -> tuple[int, int]:
     """Validate the options of :func:`evaluate`; returns the shape (rows, columns).
 
     Raises:
@@ -125,6 +157,9 @@ def check_arguments(problem: str, size: str | tuple[int, int], dtype: str, trial
         raise ValueError(f"timeout_s: expected a positive number of seconds, got {timeout_s!r}")
     if device not in ("cuda", "cpu"):
         raise ValueError(f"device: expected 'cuda' or 'cpu', got {device!r}")
+    if min_speedup is not None and not (isinstance(min_speedup, (int, float)) and 0 < min_speedup < math.inf):
+        raise ValueError(f"min_speedup: expected None or a positive number, got {min_speedup!r} (NaN, 0 or a "
+                         "negative value would turn the too_slow gate off)")
     return shape
 
 
@@ -145,35 +180,341 @@ def _child_env(build_dir: Path) -> dict[str, str]:
     return env
 
 
-def run_child(config: dict, work: Path, build_dir: Path, timeout_s: float) -> tuple[dict, str, int | None]:
-    """Run the child on ``config`` in ``work``; returns (its last result, its stderr, its exit code
-    or None if it was killed at ``timeout_s``). The child's whole process group (ninja, nvcc,
-    anything it started) is killed when it ends or times out."""
-    result_path = Path(config["result"])
+def _child_env(build_dir: Path) -> dict[str, str]:
+    """The child's environment: the caller's, with its own build cache and losslab importable."""
+    env = dict(os.environ)
+    env["TORCH_EXTENSIONS_DIR"] = str(build_dir)
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[2]),
+                                         *filter(None, [os.environ.get("PYTHONPATH")])])
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    if "CUDA_HOME" not in env:  # torch guesses wrong next to an nvcc wrapper script
+        try:
+            from losslab.build import find_cuda_home
+
+            env["CUDA_HOME"] = str(find_cuda_home())
+        except Exception:  # noqa: BLE001 - no toolkit: the solution's build says so itself
+            pass
+    return env
+
+
+# --- the parent's side of the protocol -------------------------------------------------------------
+
+@dataclass
+class Plan:
+    """What to evaluate, and the parent's own inputs and references."""
+
+    problem: str
+    shape: tuple[int, int]
+    dtype: torch.dtype
+    device: str
+    trials: int
+    repeats: int
+    seed: int | None
+    compare_compile: bool
+
+    @property
+    def spec(self) -> problems.Problem:
+        return problems.get(self.problem)
+
+    @property
+    def terms(self) -> int:
+        return math.prod(self.shape)
+
+    def seed_for(self, index: int) -> int:
+        """``seed + index`` when a seed was given (replayable), else a fresh secret one."""
+        return self.seed + index if self.seed is not None else secrets.randbelow(2**31)
+
+    def inputs(self, seed: int, kind: str = "random") -> tuple:
+        return draw(self.problem, self.shape, seed, kind, self.device, self.dtype)
+
+    def references(self, inputs: tuple) -> tuple[torch.Tensor, torch.Tensor]:
+        """(eager in the inputs' dtype, the loss in float64), from the parent's own inputs."""
+        with torch.no_grad():
+            eager = self.spec.reference(*inputs)
+            loss64 = self.spec.reference(*[x.double() if x.is_floating_point() else x for x in inputs])
+        if self.device == "cuda":  # done before the child's next call: none of it overlaps a timed call
+            torch.cuda.synchronize()
+        return eager, loss64
+
+    def differentiable(self) -> bool:
+        """Whether the reference has a gradient w.r.t. its first input."""
+        tiny = self.spec.make_inputs((2, 8), seed=0, device="cpu")
+        return self.spec.reference(tiny[0].clone().requires_grad_(True), *tiny[1:]).requires_grad
+
+
+class ChildGone(Exception):
+    """The child closed its end of the channel: it exited or died."""
+
+
+class ChildTimedOut(Exception):
+    """No reply before the evaluation's deadline."""
+
+
+class Child:
+    """The running child, seen from the parent: one command, one reply, before the deadline."""
+
+    def __init__(self, supervised: supervisor.Supervised, deadline: float, limit: int):
+        self.supervised, self.deadline, self.limit = supervised, deadline, limit
+        self.stage = "load"
+
+    def ask(self, stage: str, op: str, **fields) -> tuple[dict, list[torch.Tensor]]:
+        """Send one command; return the reply (header, tensors on the host).
+
+        Raises:
+            Stop: the child reported a failure, or replied with something it never writes (tampered).
+            ChildGone, ChildTimedOut: no reply.
+        """
+        self.stage = stage
+        try:
+            send_command(self.supervised.commands, {"op": op, **fields})
+            header, tensors = receive(self.supervised.replies, self.deadline, self.limit)
+        except (BrokenPipeError, ChannelClosed) as err:
+            raise ChildGone(str(err)) from None
+        except ChannelTimeout as err:
+            raise ChildTimedOut(str(err)) from None
+        except ChannelError as err:
+            raise Stop("tampered", f"in stage {stage!r} the reply was not one the evaluator's child writes ({err}): "
+                       "something in the solution's process wrote into the evaluator's channel") from None
+        if header.get("op") == "failed" and header.get("status") in CHILD_STATUSES:
+            raise Stop(header["status"], str(header.get("message", ""))[:2000], str(header.get("detail", ""))[-8000:])
+        if header.get("op") != "reply":
+            raise Stop("tampered", f"in stage {stage!r} the child replied {str(header)[:200]}, which it never "
+                       "writes: something in the solution's process wrote into the evaluator's channel")
+        return header, tensors
+
+
+def _field(header: dict, name: str, kind: type | tuple[type, ...]):
+    """``header[name]`` if it is a ``kind``; anything else was not written by the child's code."""
+    value = header.get(name)
+    if not isinstance(value, kind) or (kind in (float, (int, float)) and isinstance(value, bool)):
+        raise Stop("tampered", f"the child's reply has {name} = {str(value)[:80]}, which it never writes: something "
+                   "in the solution's process wrote into the evaluator's channel")
+    return value
+
+
+def _unchanged(header: dict, where: str) -> None:
+    names = _field(header, "changed", list)
+    if names:
+        raise Stop("mutated_inputs", f"{where}: forward changed its input(s) {', '.join(map(str, names))} in place "
+                   "(a copy taken before the call differs bitwise from the input after it)")
+
+
+def _output(header: dict, tensors: list, expected: torch.Tensor, where: str) -> torch.Tensor:
+    """The one output tensor of a reply, of ``expected``'s shape (else ``wrong_shape``)."""
+    if header.get("type") != "Tensor":
+        raise Stop("wrong_shape", f"{where}: forward returned {str(header.get('type'))[:40]}, expected a tensor of "
+                   f"shape {tuple(expected.shape)}")
+    shape = _field(header, "shape", list)
+    if shape != list(expected.shape):
+        raise Stop("wrong_shape", f"{where}: output shape {tuple(shape)}, reference {tuple(expected.shape)}")
+    if len(tensors) != 1 or list(tensors[0].shape) != shape:
+        raise Stop("tampered", f"{where}: the reply does not hold the output it describes")
+    return tensors[0].to(expected.device)
+
+
+def _correctness(child: Child, plan: Plan, result: dict) -> None:
+    result["trials"] = trials = []
+    for trial in range(plan.trials):
+        seed = plan.seed_for(trial)
+        for kind in KINDS:
+            where = f"trial {trial} ({kind} inputs, seed {seed})"
+            eager, loss64 = plan.references(plan.inputs(seed, kind))
+            header, tensors = child.ask("correctness", "forward", seed=seed, kind=kind, shape=list(eager.shape))
+            record = {"trial": trial, "kind": kind, "seed": seed}
+            trials.append(record)
+            _unchanged(header, where)
+            got = _output(header, tensors, eager, where)
+            record.update(shape=list(got.shape), dtype=str(got.dtype).removeprefix("torch."),
+                          **compare(got, eager, loss64, plan.terms))
+            if not record["passed"]:
+                raise Stop("wrong_values", f"{where}: got {record['value']:.8g}, float64 reference "
+                           f"{record['reference']:.8g}; relative error {record['rel_error_fp64']:.3g} exceeds "
+                           f"{record['tolerance']:.2g}, what an honest {str(plan.dtype).removeprefix('torch.')} "
+                           f"kernel reaches over {plan.terms:.3g} terms {record['detail']}".rstrip())
+
+
+def _backward(child: Child, plan: Plan, result: dict) -> None:
+    """The gradient w.r.t. the first input on both kinds of inputs, against float64."""
+    seed = plan.seed_for(plan.trials)
+    worst: dict = {}
+    for kind in KINDS:
+        where = f"backward ({kind} inputs, seed {seed})"
+        header, tensors = child.ask("backward", "backward", seed=seed, kind=kind, grad_loss=GRAD_LOSS)
+        _unchanged(header, where)
+        if not _field(header, "supported", bool):
+            result["backward"] = {"supported": False, "why": str(header.get("why", ""))[:300]}
+            return
+        inputs = plan.inputs(seed, kind)
+        if len(tensors) != 2 or tensors[1].shape != inputs[0].shape:
+            raise Stop("tampered", f"{where}: the reply does not hold a loss and a gradient of the input's shape")
+        eager, loss64 = plan.references(inputs)
+        if tensors[0].shape != eager.shape:
+            raise Stop("wrong_shape", f"{where}: with autograd, output shape {tuple(tensors[0].shape)}, reference "
+                       f"{tuple(eager.shape)}")
+        loss = compare(tensors[0], eager, loss64, plan.terms)
+        if not loss["passed"]:  # a training step would see this loss, not the one checked without autograd
+            raise Stop("wrong_values", f"{where}: the loss computed with autograd, {loss['value']:.8g}, is off the "
+                       f"float64 reference {loss['reference']:.8g} by {loss['rel_error_fp64']:.3g} (relative; "
+                       f"at most {loss['tolerance']:.2g})")
+        _, grad64 = plan.spec.reference_float64(*inputs)
+        tolerance = TOLERANCES[plan.dtype][1]
+        if plan.dtype != torch.float32:  # 16-bit: the best a gradient in that dtype can do
+            tolerance += relative_error(grad64.to(plan.dtype), grad64)[0]
+        error, found = relative_error(tensors[1].to(plan.device), grad64 * GRAD_LOSS)
+        if error >= worst.get("rel_error", -1.0):
+            worst = {"supported": True, "kind": kind, "seed": seed, "rel_error": error, "tolerance": tolerance,
+                     "passed": error <= tolerance and not found, "detail": found}
+        result["backward"] = worst
+        if error > tolerance or found:
+            raise Stop("wrong_values", f"{where}: gradient relative error {error:.3g} against float64 exceeds "
+                       f"{tolerance:g} {found}".strip())
+
+
+def _repeatability(child: Child, plan: Plan, result: dict) -> None:
+    header, tensors = child.ask("repeatability", "repeat", seed=plan.seed_for(0), kind="random")
+    result["repeatable"] = len(tensors) == 3 and all(bitwise_equal(tensors[0], t) for t in tensors[1:])
+
+
+def _clocked(child: Child, seed: int | None, shape: list[int]) -> tuple[float, dict, list]:
+    """One timed call in the child (inputs made before the clock starts), on the parent's clock too."""
+    child.ask("timing", "prepare", seed=seed)
+    began = time.perf_counter()
+    header, tensors = child.ask("timing", "go", shape=shape)
+    return (time.perf_counter() - began) * 1e3, header, tensors
+
+
+def _timing(child: Child, plan: Plan, result: dict) -> list[int]:
+    """The solution's timed calls, each on fresh secret inputs; returns their seeds."""
+    header, _ = child.ask("timing", "setup", flush_bytes=FLUSH_BYTES)
+    timing = result["timing"] = {"repeats": plan.repeats, "overhead_ms": _field(header, "overhead_ms", (int, float))}
+    empty = [_clocked(child, None, [])[0] for _ in range(CALIBRATION_CALLS)]
+    child.ask("timing", "warmup", seed=secrets.randbelow(2**31), kind="random")
+    seeds = [secrets.randbelow(2**31) for _ in range(plan.repeats)]  # never predictable, even with `seed`
+    times: dict = {"event_ms": [], "wall_ms": []}
+    parent_ms, mismatched = [], []
+    for i, seed in enumerate(seeds):
+        eager, loss64 = plan.references(plan.inputs(seed))
+        ms, header, tensors = _clocked(child, seed, list(eager.shape))
+        parent_ms.append(ms)
+        for key in times:
+            times[key].append(_field(header, key, (int, float)))
+        got = tensors[0].to(plan.device) if header.get("shape") == list(eager.shape) and len(tensors) == 1 else None
+        if got is None or not compare(got, eager, loss64, plan.terms)["passed"]:
+            mismatched.append(i)
+    if mismatched:
+        i = mismatched[0]
+        raise Stop("wrong_values", f"timed call {i} (seed {seeds[i]}): the output does not match the reference on "
+                   f"that call's inputs ({len(mismatched)} of {len(seeds)} timed calls differ); was a result cached "
+                   "from earlier inputs?")
+    timing.update({f"solution_{key}": value for key, value in summarize(times, timing["overhead_ms"]).items()})
+    timing["parent_overhead_ms"] = statistics.median(empty)
+    timing["parent_ms"] = max(statistics.median(parent_ms) - timing["parent_overhead_ms"], 0.0)
+    return seeds
+
+
+def _judge(child: Child, plan: Plan, result: dict, replies_fd: int) -> list[int]:
+    """The child's stages in order (the first failure raises Stop); returns the timed seeds."""
+    header, _ = child.ask("load", "start", replies=replies_fd)
+    result["device"] = str(header.get("device", ""))[:200]
+    result["solution_inputs"] = _field(header, "solution_inputs", dict)
+    _correctness(child, plan, result)
+    if plan.differentiable():
+        _backward(child, plan, result)
+    _repeatability(child, plan, result)
+    child.ask("repeatability", "tampered", when="after the correctness checks")
+    if plan.device != "cuda":  # the CPU dry run measures nothing
+        return []
+    header, _ = child.ask("memory", "memory", seed=plan.seed_for(0), kind="random")
+    result["memory"] = {"solution_bytes": _field(header, "bytes", int)}
+    seeds = _timing(child, plan, result)
+    child.ask("timing", "tampered", when="while it was timed")
+    return seeds
+
+
+def _peers(plan: Plan, result: dict, seeds: list[int]) -> None:
+    """Eager and torch.compile timed here, on the solution's inputs, once the child is gone."""
+    timing = result["timing"]
+    flush = torch.empty(FLUSH_BYTES // 4, device="cuda")
+    overhead_ms = sync_overhead_ms(flush)
+    reference = Reference(plan.spec).to("cuda").eval()
+    with torch.no_grad():
+        peers = {"eager": time_forward(reference, plan.inputs, seeds, flush)}
+        if plan.compare_compile:
+            try:
+                peers["compile"] = time_forward(torch.compile(reference), plan.inputs, seeds, flush)
+            except Exception as err:  # noqa: BLE001 - a peer failing is reported, not fatal
+                timing["compile_error"] = f"{type(err).__name__}: {err}"[:300]
+        inputs = plan.inputs(seeds[0])
+        result["memory"]["eager_bytes"] = peak_extra_memory(lambda: reference(*inputs))
+    for name, measured in peers.items():
+        timing.update({f"{name}_{key}": value for key, value in summarize(measured, overhead_ms).items()})
+        timing[f"speedup_{name}"] = timing[f"{name}_ms"] / timing["solution_ms"]
+
+
+def _evaluator_error(result: dict, err: BaseException, where: str) -> None:
+    first = str(err).splitlines()[0][:300] if str(err) else ""
+    result.update(status="evaluator_error", detail="".join(traceback.format_exception(err))[-8000:],
+                  message=f"{type(err).__name__} in the evaluator {where}: {first}")
+
+
+def run_child(plan: Plan, solution: Path, work: Path, build_dir: Path, timeout_s: float
+              ) -> tuple[dict, str, int | None, list[int]]:
+    """Run the child on ``solution`` in ``work`` through every stage; returns (the result so far,
+    the child's stderr, its exit code (None: killed at ``timeout_s``), the timed seeds). The child
+    and every process it started are gone when this returns (``result["processes"]`` says how)."""
+    started = time.monotonic()
+    config = dict(solution=str(solution), problem=plan.problem, shape=list(plan.shape),
+                  dtype=str(plan.dtype).removeprefix("torch."), device=plan.device)
     (work / "config.json").write_text(json.dumps(config))
-    with open(work / "stdout.txt", "wb") as out, open(work / "stderr.txt", "wb") as err:
-        returncode = run_killable([sys.executable, "-m", "losslab.kernelbench.child", str(work / "config.json")],
-                                  cwd=work, env=_child_env(build_dir), stdout=out, stderr=err, timeout_s=timeout_s)
-    stderr = (work / "stderr.txt").read_bytes().decode(errors="replace")
+    result: dict = {"status": "running", "stage": "load", "message": "", "detail": ""}
+    supervised = supervisor.start([sys.executable, "-m", "losslab.kernelbench.child", str(work / "config.json")],
+                                  cwd=work, env=_child_env(build_dir), stdout=work / "stdout.txt",
+                                  stderr=work / "stderr.txt")
+    child = Child(supervised, started + timeout_s, limit=3 * plan.terms * 8 + 2**20)
+    seeds, timed_out, patience = [], False, EXIT_PATIENCE_S
     try:
-        result = json.loads(result_path.read_text())
-    except (OSError, ValueError):
-        result = {"status": "running", "stage": "start"}
-    return result, stderr, returncode
+        seeds = _judge(child, plan, result, supervised.child_fd)
+        result["stage"] = "peers"
+    except Stop as stop:
+        result.update(status=stop.status, message=stop.message, detail=stop.detail)
+    except ChildGone:
+        pass  # result["status"] stays "running": conclude() says how it ended
+    except ChildTimedOut:
+        timed_out, patience = True, 0.0
+    except Exception as err:  # noqa: BLE001 - the parent's own failure
+        _evaluator_error(result, err, f"at stage {child.stage!r}")
+    finally:
+        if result["stage"] != "peers":
+            result["stage"] = child.stage
+        try:
+            send_command(supervised.commands, {"op": "exit"})
+        except OSError:
+            pass
+        report = supervised.stop(patience)
+    result["processes"] = {key: report.get(key) for key in ("contained", "how", "survivors")}
+    stderr = (work / "stderr.txt").read_bytes().decode(errors="replace")
+    returncode = report.get("returncode")
+    if timed_out:
+        returncode = None
+    elif returncode is None:  # it closed its channel and was killed
+        returncode = -signal.SIGKILL
+    return result, stderr, returncode, seeds
 
 
 def conclude(verdict: Verdict, stderr: str, returncode: int | None, timeout_s: float,
              min_speedup: float | None) -> Verdict:
-    """Settle ``verdict`` (the child's last word): a timeout, a dead child, or the timing rules."""
+    """Settle ``verdict``: a timeout (``returncode`` None), a child that ended before the
+    evaluation did (status still "running"), or the timing rules."""
     if returncode is None:
         verdict.status = "timed_out"
         verdict.message = f"no result after {timeout_s:g} s; it was in stage {verdict.stage!r} (killed)"
         verdict.detail = stderr[-4000:]
-    elif verdict.status == "running":  # the child died before writing a verdict
-        how = f"killed by signal {-returncode}" if returncode < 0 else f"exit code {returncode}"
+    elif verdict.status == "running":  # the child ended before the evaluation did
+        how = f"killed by signal {-returncode}" if returncode < 0 else f"it exited with code {returncode}"
         last = next((line for line in reversed(stderr.strip().splitlines()) if line.strip()), "")
         verdict.status = "crashed"
-        verdict.message = f"the process died ({how}) in stage {verdict.stage!r}" + (f": {last[:300]}" if last else "")
+        verdict.message = (f"the process ended ({how}) in stage {verdict.stage!r}, before the evaluation did"
+                           + (f": {last[:300]}" if last else ""))
         verdict.detail = stderr[-4000:]
     elif verdict.status == "passed" and verdict.timing and "solution_ms" in verdict.timing:
         floor = speed_of_light(verdict.problem, verdict.shape, verdict.dtype, verdict.device)
@@ -182,14 +523,14 @@ def conclude(verdict: Verdict, stderr: str, returncode: int | None, timeout_s: f
         judged = judge_timing(verdict.timing, floor, min_speedup)
         if judged:
             verdict.status, verdict.message = judged
-            if verdict.status == "impossible_time":  # an artifact is never reported as a speedup
+            if verdict.status in ("impossible_time", "time_mismatch"):  # an artifact is never reported as a speedup
                 for key in ("speedup_eager", "speedup_compile"):
                     verdict.timing.pop(key, None)
     return verdict
 
 
 def evaluate(solution_path: str | os.PathLike, problem: str, *, size: str | tuple[int, int] = "seed",
-             dtype: str = "float32", trials: int = 5, repeats: int = 20, seed: int = 0,
+             dtype: str = "float32", trials: int = 5, repeats: int = 20, seed: int | None = None,
              timeout_s: float = 600.0, compare_compile: bool = True, min_speedup: float | None = None,
              build_dir: str | os.PathLike | None = None, device: str = "cuda",
              json_path: str | os.PathLike | None = None) -> Verdict:
@@ -201,8 +542,11 @@ def evaluate(solution_path: str | os.PathLike, problem: str, *, size: str | tupl
         problem: a problem name (``python -m losslab list``).
         size: a size name of the problem (default "seed", KernelBench's) or (rows, columns).
         dtype: the floating inputs' dtype name: "float32", "bfloat16" or "float16".
-        trials: correctness trials, each on fresh inputs seeded ``seed + trial``.
+        trials: correctness trials, each on random and structured inputs from one seed.
         repeats: timed calls per implementation, each on fresh inputs (median reported, in ms).
+        seed: None (default): every seed fresh and secret, so no answer can prepare for its
+            inputs; an integer: trial ``i`` uses ``seed + i`` (to replay a failure; predictable).
+            Timed calls always draw fresh secret seeds.
         timeout_s: wall-clock limit in seconds for the whole child (build included).
         compare_compile: also time ``torch.compile`` of the reference.
         min_speedup: if set, a correct solution slower than ``min_speedup`` x eager is ``too_slow``.
@@ -214,32 +558,35 @@ def evaluate(solution_path: str | os.PathLike, problem: str, *, size: str | tupl
         json_path: if given, the verdict is also written there as JSON.
 
     Returns a Verdict; never raises for anything the solution does, and never hangs past
-    ``timeout_s`` (plus a few seconds to kill the child).
+    ``timeout_s`` (plus a few seconds to end the child).
 
     Raises (before anything is run):
         FileNotFoundError: ``solution_path`` does not exist, or ``json_path``'s folder does not.
         ValueError: ``solution_path`` is a directory or not a .py file; ``json_path`` is a
             directory or not writable; unknown problem, size, dtype or device; trials/repeats
-            < 1; timeout_s <= 0.
+            < 1; timeout_s <= 0; min_speedup not a positive number.
     """
-    import torch
-
     path = solution_file(solution_path)
     out = output_file(json_path) if json_path is not None else None
-    shape = check_arguments(problem, size, dtype, trials, repeats, timeout_s, device)
+    shape = check_arguments(problem, size, dtype, trials, repeats, timeout_s, device, min_speedup)
     fields = dict(problem=problem, solution=path.name, shape=shape, dtype=dtype)
     if device == "cuda" and not torch.cuda.is_available():
         verdict = Verdict("no_gpu", **fields, message=f"no CUDA GPU is visible here (torch {torch.__version__}, "
                           f"CUDA build: {torch.version.cuda or 'no'}); nothing was run")
     else:
         start = time.monotonic()
+        plan = Plan(problem, shape, getattr(torch, dtype), device, trials, repeats, seed, compare_compile)
         with tempfile.TemporaryDirectory(prefix="losslab-evaluate-") as tmp:
             work = Path(tmp)
-            config = dict(solution=str(path), problem=problem, shape=list(shape), dtype=dtype, trials=trials,
-                          repeats=repeats, seed=seed, compile=compare_compile, flush_bytes=FLUSH_BYTES,
-                          result=str(work / "result.json"), device=device)
             build = Path(build_dir).resolve() if build_dir else work / "torch_extensions"
-            result, stderr, returncode = run_child(config, work, build, timeout_s)
+            result, stderr, returncode, seeds = run_child(plan, path, work, build, timeout_s)
+        if result["stage"] == "peers":
+            try:
+                if seeds:
+                    _peers(plan, result, seeds)
+                result.update(status="passed", stage="done")
+            except Exception as err:  # noqa: BLE001 - the parent's own failure
+                _evaluator_error(result, err, "while timing eager and torch.compile")
         fields["seconds"] = time.monotonic() - start
         verdict = conclude(Verdict.from_child(result, **fields), stderr, returncode, timeout_s, min_speedup)
     if out is not None:

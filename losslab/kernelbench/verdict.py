@@ -1,23 +1,31 @@
-"""What an evaluation found: the :class:`Verdict`, its statuses and advice, and the timing rules.
+"""What an evaluation found: the :class:`Verdict`, its statuses and advice, and the rules.
 
-The child process (``losslab.kernelbench.child``) measures; the rules that turn its measured
-times into a verdict are pure functions here, so they can be checked without a GPU:
+The evaluator (``losslab.kernelbench.evaluate``) compares and the child process
+(``losslab.kernelbench.child``) measures; the rules that turn outputs and times into a verdict
+are pure functions here, so they can be checked without a GPU:
 
+- :func:`tolerance` -- the relative error against float64 an honest kernel stays within, from
+  the dtype and the reduction length; :func:`compare` -- one output against float64 (losslab's
+  verdict) and against eager with KernelBench's fixed tolerance (KernelBench's), side by side;
 - :func:`speed_of_light` -- the least time the problem's minimum bytes take at the device's
   datasheet peak bandwidth (no kernel that reads its inputs from device memory is faster);
-- :func:`judge_timing` -- ``hidden_work``, ``impossible_time`` or ``too_slow`` from the times.
+- :func:`judge_timing` -- ``time_mismatch``, ``hidden_work``, ``impossible_time`` or
+  ``too_slow`` from the times.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 
 import torch
 
 from losslab import problems
 from losslab.measure.ceilings import PhysicalFloor, physical_floor
+from losslab.measure.check import relative_error
 
-STATUSES = ("passed", "compile_error", "raised", "wrong_shape", "wrong_values", "tampered", "hidden_work",
-            "impossible_time", "too_slow", "timed_out", "crashed", "no_gpu", "evaluator_error")
+STATUSES = ("passed", "compile_error", "raised", "wrong_shape", "wrong_values", "mutated_inputs", "tampered",
+            "time_mismatch", "hidden_work", "impossible_time", "too_slow", "timed_out", "crashed", "no_gpu",
+            "evaluator_error")
 # What a person can do about each failure.
 ADVICE = {
     "compile_error": "Fix the build error shown below (nvcc/g++ output from load_inline).",
@@ -25,11 +33,16 @@ ADVICE = {
     "wrong_shape": "Return exactly the reference's shape: a 0-d tensor for a mean loss "
                    "(e.g. out.reshape(()) rather than a (1,) buffer).",
     "wrong_values": "Compare with the definition (the problem module's docstring); replay the failing trial "
-                    "with problem.make_inputs(shape, seed=SEED). For kl_div, batchmean divides by the batch "
-                    "size B only, not B * D. A timed call that differs returned an answer for other inputs "
-                    "(a cache): every call must compute from the inputs it is given.",
-    "tampered": "A solution may not replace functions of torch, time or losslab: the ones listed below are "
-                "what the reference, the checks or the timing use. Remove the assignments.",
+                    "with losslab.kernelbench.inputs.make(problem, shape, SEED, KIND, 'cuda', dtype). For kl_div, "
+                    "batchmean divides by the batch size B only, not B * D. Every row counts: structured "
+                    "inputs put most of the loss in a few rows. A timed call that differs returned an answer "
+                    "for other inputs (a cache): every call must compute from the inputs it is given.",
+    "mutated_inputs": "forward must leave its inputs as it found them: compute into new tensors (or buffers of "
+                      "your own). The caller still needs its inputs (a training step reuses them).",
+    "tampered": "A solution may not replace functions of torch, time or losslab (the ones listed below are "
+                "what the checks or the timing use), nor write into the evaluator's channel. Remove that code.",
+    "time_mismatch": "The times measured inside the evaluating process are well below the evaluator's own clock "
+                     "around the same calls: something in that process changed how it is timed. Remove it.",
     "hidden_work": "Join your side streams before forward returns (torch.cuda.current_stream().wait_stream(side), "
                    "or record an event on the side stream and wait for it): otherwise the caller can read the "
                    "output before it is written.",
@@ -44,10 +57,83 @@ ADVICE = {
     "no_gpu": "Evaluation runs the solution's kernels and needs a CUDA GPU; run it on a GPU machine.",
     "evaluator_error": "A bug in losslab's evaluator, not in the solution: report it with the traceback below.",
 }
+# KernelBench's torch.allclose tolerances (atol = rtol) per output dtype
+ALLCLOSE_TOL = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 1e-2}
+TREE_SAFETY = 2  # see tolerance()
+TERM_ROUNDINGS = 4
+# A reported time below the evaluator's own clock by more than both of these is flagged.
+CLOCK_FRACTION = 0.2
+CLOCK_SLACK_MS = 0.1  # the jitter of two processes' host clocks and a pipe round trip, with room
 # Work outside the caller's stream is flagged when the device-wide time exceeds the event time by
 # more than both of these (an honest call differs by the host clock's jitter, a few microseconds).
 HIDDEN_MIN_MS = 0.05
 HIDDEN_FRACTION = 0.25
+
+
+def unit_roundoff(dtype: torch.dtype) -> float:
+    return torch.finfo(dtype).eps / 2
+
+
+def tolerance(dtype: torch.dtype, n: int) -> float:
+    """The relative error against float64 within which an honest kernel computes a loss whose
+    reduction runs over ``n`` terms and whose output has ``dtype``::
+
+        rtol = u(dtype) + 2 * (ceil(log2 n) + 4) * u(float32),    u(t) = torch.finfo(t).eps / 2
+
+    Source: the error bound of pairwise (tree) summation, N. J. Higham, *Accuracy and Stability
+    of Numerical Algorithms*, 2nd ed., SIAM 2002, section 4.2: |computed - exact| <= gamma_k *
+    sum |x_i| with k = ceil(log2 n), gamma_k = k u / (1 - k u) ~ k u. A GPU reduction is such a
+    tree (threads, warps, blocks, the blocks' partial sums) in float32 arithmetic, whatever the
+    input dtype; each term brings TERM_ROUNDINGS roundings of its own (a log or an exp, a
+    multiply, the final division); rounding the result to the output dtype adds u(dtype). The
+    factor TREE_SAFETY leaves room for a reduction that is not a perfect tree (a short
+    sequential loop per thread, atomics in any order) and for the mild cancellation between
+    terms of the inputs drawn here. float32 at 16384 x 16384: 3.9e-6 (the ladder's kernels
+    reach 4e-7; summing one row in eight is off by 3e-4); bfloat16: 3.9e-3, float16: 4.9e-4
+    (their own rounding). An answer that does its elementwise arithmetic in a 16-bit type, as
+    PyTorch eager does on 16-bit tensors, can be further off: KernelBench's verdict, reported
+    beside, compares with eager at a fixed tolerance instead.
+    """
+    return unit_roundoff(dtype) + TREE_SAFETY * (math.ceil(math.log2(max(n, 2))) + TERM_ROUNDINGS) * \
+        unit_roundoff(torch.float32)
+
+
+def compare(got: torch.Tensor, eager: torch.Tensor, loss64: torch.Tensor, n: int) -> dict:
+    """One output of the reference's shape against float64 (losslab's verdict: ``passed``, within
+    :func:`tolerance` of ``loss64``) and against ``eager``, PyTorch in the input dtype
+    (KernelBench's: ``allclose`` at ALLCLOSE_TOL). ``n``: the terms the loss reduces over."""
+    got = got.detach().to(eager.device, eager.dtype)
+    tol, kb = tolerance(eager.dtype, n), ALLCLOSE_TOL.get(eager.dtype, 1e-4)
+    error, found = relative_error(got, loss64)
+    return {"value": got.double().flatten()[:1].item(), "reference": loss64.double().flatten()[:1].item(),
+            "max_abs_diff": (got.double() - eager.double()).abs().max().item(),
+            "allclose": bool(torch.allclose(got, eager, atol=kb, rtol=kb)), "rel_error_fp64": error,
+            "eager_rel_error_fp64": relative_error(eager, loss64)[0], "tolerance": tol,
+            "passed": error <= tol and not found, "detail": found}
+
+
+def why_they_differ(trials: list[dict], dtype: str, n: int) -> str:
+    """One line on why KernelBench's verdict (allclose against eager on random inputs) and
+    losslab's (float64, :func:`tolerance`, random and structured inputs) disagree; "" if they agree."""
+    compared = [t for t in trials if "allclose" in t and "passed" in t]
+    kernelbench = all(t["allclose"] for t in compared if t.get("kind", "random") == "random")
+    ours = all(t["passed"] for t in compared)
+    if not compared or kernelbench == ours:
+        return ""
+    if kernelbench:
+        worst = next(t for t in compared if not t["passed"])
+        if worst.get("kind") == "structured":
+            return (f"KernelBench draws uniform random inputs only, where every row carries about the same loss; "
+                    f"on structured inputs (a few rows carry most of it) this answer is off by "
+                    f"{worst['rel_error_fp64']:.2g}")
+        kb = ALLCLOSE_TOL.get(getattr(torch, dtype), 1e-4)
+        allowed = kb * (1 + abs(worst["reference"])) / max(abs(worst["reference"]), 1e-30)
+        return (f"KernelBench's fixed tolerance (atol = rtol = {kb:g}) allows a relative error of about "
+                f"{allowed:.2g} here, {allowed / worst['tolerance']:.0f}x what an honest {dtype} kernel reaches "
+                f"over {n:.3g} terms ({worst['tolerance']:.2g}); this answer is off by {worst['rel_error_fp64']:.2g}")
+    eager = max(t.get("eager_rel_error_fp64", 0.0) for t in compared)
+    return (f"KernelBench compares with eager {dtype}, itself off by {eager:.2g} from float64; against float64 "
+            f"this answer is within {compared[0]['tolerance']:.2g}")
 
 
 def speed_of_light(problem: str, shape: tuple[int, int], dtype: str, device: str) -> PhysicalFloor | None:
@@ -69,11 +155,19 @@ def judge_timing(timing: dict, floor: PhysicalFloor | None = None, min_speedup: 
 
     ``timing`` holds medians in ms: ``solution_ms`` (device-wide: events or host clock around a
     device-wide synchronisation, whichever is longer), ``solution_event_ms`` (CUDA events on the
-    caller's stream only) and ``speedup_eager``. In order: ``hidden_work`` if the device-wide time
-    exceeds the event time by more than HIDDEN_MIN_MS and HIDDEN_FRACTION of it;
-    ``impossible_time`` if it is below ``floor``; ``too_slow`` below ``min_speedup``.
+    caller's stream only), ``parent_ms`` (the evaluator's own clock around the same calls, less
+    its clock around empty calls) and ``speedup_eager``. In order: ``time_mismatch`` if
+    ``solution_ms`` is below ``parent_ms`` by more than CLOCK_FRACTION of it and CLOCK_SLACK_MS;
+    ``hidden_work`` if the device-wide time exceeds the event time by more than HIDDEN_MIN_MS and
+    HIDDEN_FRACTION of it; ``impossible_time`` if it is below ``floor``; ``too_slow`` below
+    ``min_speedup``.
     """
     solution_ms = timing["solution_ms"]
+    parent_ms = timing.get("parent_ms")
+    if parent_ms is not None and parent_ms - solution_ms > max(CLOCK_FRACTION * parent_ms, CLOCK_SLACK_MS):
+        return "time_mismatch", (f"the solution's process reported {solution_ms:.3g} ms per call; the evaluator's "
+                                 f"own clock around the same calls saw {parent_ms:.3g} ms (after the "
+                                 f"{timing.get('parent_overhead_ms', 0):.3g} ms of an empty call)")
     event_ms = timing.get("solution_event_ms", solution_ms)
     hidden_ms = solution_ms - event_ms
     if hidden_ms > max(HIDDEN_MIN_MS, HIDDEN_FRACTION * solution_ms):
@@ -98,20 +192,26 @@ class Verdict:
         status: one of STATUSES; ``passed`` only if every check passed.
         message: one line saying why (empty when passed).
         detail: the compiler's output, the traceback, the replaced names or the child's stderr tail.
-        stage: how far the child got (load, construct, correctness, backward, repeatability,
-            memory, timing, done).
-        trials: per correctness trial: seed, output shape, value, reference, max_abs_diff,
-            allclose, rel_error_fp64 (against the float64 reference).
-        backward: {"supported": bool, "rel_error", "tolerance", "passed"} or None if not reached.
+        stage: how far the evaluation got (load, correctness, backward, repeatability, memory,
+            timing, peers, done).
+        trials: per correctness trial and kind of inputs ("random", "structured"): trial, kind,
+            seed, output shape, value, reference (float64), max_abs_diff and allclose (against
+            eager, KernelBench's check), rel_error_fp64, tolerance and passed (losslab's check).
+        backward: {"supported": True, "rel_error", "tolerance", "passed"}, {"supported": False,
+            "why"} for an answer without a working backward (forward only), or None if not reached.
         timing: milliseconds per implementation (``solution``, ``eager``, ``compile``): ``<name>_ms``
             (median device-wide time), ``<name>_p10_ms``/``_p90_ms``, ``<name>_event_ms`` (events
             on the caller's stream), ``<name>_wall_ms`` (host clock); ``overhead_ms`` (host clock of
-            an empty call), ``floor_ms`` (speed of light, if the device has a datasheet entry), and
-            ``speedup_eager``/``speedup_compile`` (peer time over solution time; absent when the
-            time is impossible).
-        memory: peak extra bytes of one forward: ``solution_bytes``, ``eager_bytes``.
+            an empty call), ``parent_ms`` (the evaluator's own clock per call, less
+            ``parent_overhead_ms``, its clock around an empty call), ``floor_ms`` (speed of light,
+            if the device has a datasheet entry), and ``speedup_eager``/``speedup_compile`` (peer
+            time over solution time; absent when the time is impossible).
+        memory: peak extra bytes of one forward: ``solution_bytes`` (as the child reports it),
+            ``eager_bytes``.
         repeatable: three forwards on the same inputs gave bitwise the same output.
         solution_inputs: what the file's own get_inputs()/get_init_inputs() return (not used).
+        processes: how the child's processes were contained: {"contained": bool, "how": str,
+            "survivors": [descriptions of processes still alive after the kill]}.
     """
 
     status: str
@@ -130,10 +230,16 @@ class Verdict:
     memory: dict | None = None
     repeatable: bool | None = None
     solution_inputs: dict | None = None
+    processes: dict | None = None
 
     @property
     def passed(self) -> bool:
         return self.status == "passed"
+
+    @property
+    def forward_only(self) -> bool:
+        """The answer has no working backward: its forward verdict stands, no training speedup is claimed."""
+        return self.backward is not None and not self.backward.get("supported")
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -147,7 +253,8 @@ class Verdict:
     def format(self) -> str:
         """A human-readable report: the verdict, the reason and what to do, then the measurements."""
         rows, cols = self.shape
-        lines = [f"{self.solution}: {self.status.upper().replace('_', ' ')} "
+        only = " (FORWARD ONLY)" if self.passed and self.forward_only else ""
+        lines = [f"{self.solution}: {self.status.upper().replace('_', ' ')}{only} "
                  f"({self.problem} {rows}x{cols} {self.dtype}{', ' + self.device if self.device else ''})"]
         if not self.passed:
             lines.append(f"  reason: {self.message or 'see below'}" + (f" [stage: {self.stage}]" if self.stage else ""))
@@ -159,6 +266,8 @@ class Verdict:
             for name, value in self.solution_inputs.items():
                 shown = "absent" if value is None else (", ".join(value) if isinstance(value, list) else value)
                 lines.append(f"  file's {name}(): {shown or '[]'} (reported; the problem's inputs were used)")
+        for line in _process_lines(self.processes):
+            lines.append(line)
         if self.detail and not self.passed:
             detail = self.detail.strip().splitlines()
             # a compiler's first errors matter most; a traceback's last lines
@@ -168,18 +277,29 @@ class Verdict:
 
 
 def _check_lines(verdict: Verdict) -> list[str]:
-    """Correctness, backward, repeatability and memory, one line each where measured."""
+    """Correctness (losslab's and KernelBench's), backward, repeatability and memory, one line each."""
     lines = []
     compared = [t for t in verdict.trials if "allclose" in t]
     if compared:
-        ok = sum(bool(t["allclose"]) for t in compared)
-        errors = [t["rel_error_fp64"] for t in compared]
-        lines.append(f"  correctness: {ok}/{len(compared)} trials match (torch.allclose); "
-                     f"max |diff| {max(t['max_abs_diff'] for t in compared):.3g}; "
-                     f"relative error vs float64 up to {max(errors):.2g}")
+        ours = [t for t in compared if "passed" in t]
+        kernelbench = [t for t in compared if t.get("kind", "random") == "random"]
+        n = math.prod(verdict.shape)
+        if ours:
+            lines.append(f"  correctness: {sum(bool(t['passed']) for t in ours)}/{len(ours)} inputs (random and "
+                         f"structured) within {ours[0]['tolerance']:.2g} of float64 (relative; {verdict.dtype} over "
+                         f"{n:.3g} terms); worst {max(t['rel_error_fp64'] for t in ours):.2g}")
+        ok = sum(bool(t["allclose"]) for t in kernelbench)
+        kb = ALLCLOSE_TOL.get(getattr(torch, verdict.dtype, None), 1e-4)
+        lines.append(f"  KernelBench's check: {ok}/{len(kernelbench)} random trials match eager (torch.allclose, "
+                     f"atol = rtol = {kb:g}); max |diff| {max(t['max_abs_diff'] for t in compared):.3g}")
+        why = why_they_differ(verdict.trials, verdict.dtype, n)
+        if why:
+            lines.append(f"  KernelBench's verdict would be {'pass' if ok == len(kernelbench) else 'fail'}, "
+                         f"losslab's is {'pass' if all(t['passed'] for t in ours) else 'fail'}: {why}")
     b = verdict.backward
     if b is not None and not b.get("supported"):
-        lines.append("  backward: not supported (the output does not require grad)")
+        lines.append(f"  backward: forward only ({b.get('why', 'no gradient')}); the forward verdict stands, and no "
+                     "speedup is claimed for training")
     elif b is not None:
         lines.append(f"  backward: relative error vs float64 {b.get('rel_error', float('nan')):.2g} "
                      f"(tolerance {b.get('tolerance', float('nan')):g}) "
@@ -198,6 +318,8 @@ def _timing_line(t: dict) -> str:
     parts = [f"{t['solution_ms']:.4g} ms (median of {t.get('repeats')}, fresh inputs each call, "
              f"p10-p90 {t['solution_p10_ms']:.4g}-{t['solution_p90_ms']:.4g}; "
              f"events on the caller's stream {t.get('solution_event_ms', float('nan')):.4g})"]
+    if "parent_ms" in t:
+        parts.append(f"the evaluator's own clock {t['parent_ms']:.4g} ms")
     if "floor_ms" in t:
         parts.append(f"speed-of-light floor {t['floor_ms']:.4g} ms")
     for peer, label in (("eager", "eager"), ("compile", "torch.compile")):
@@ -207,6 +329,17 @@ def _timing_line(t: dict) -> str:
     if "compile_error" in t:
         parts.append(f"torch.compile failed: {t['compile_error']}")
     return "  time: " + "; ".join(parts)
+
+
+def _process_lines(processes: dict | None) -> list[str]:
+    if not processes:
+        return []
+    lines = [] if processes.get("contained") else [f"  processes: {processes.get('how', 'not contained')}"]
+    survivors = processes.get("survivors") or []
+    if survivors:
+        lines.append(f"  processes: {len(survivors)} started by the solution survived the kill: "
+                     + "; ".join(survivors[:5]))
+    return lines
 
 
 def format_bytes(n: float) -> str:

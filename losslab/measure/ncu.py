@@ -171,27 +171,8 @@ def parse_ncu_csv(text: str) -> list[dict]:
 
 # --- the typed result ----------------------------------------------------------------------------------
 
-class _Keyed:
-    """Read access by key as well as by attribute (``x["launches"]``): profiles saved before the
-    typed form were dicts, and code written against them keeps working."""
-
-    def __getitem__(self, key: str):
-        if key not in {f.name for f in fields(self)} | set(getattr(self, "_DERIVED", ())):
-            raise KeyError(key)
-        return getattr(self, key)
-
-    def get(self, key: str, default=None):
-        try:
-            return self[key]
-        except KeyError:
-            return default
-
-    def keys(self):
-        return [f.name for f in fields(self)]
-
-
 @dataclass
-class Counters(_Keyed):
+class Counters:
     """What Nsight Compute counted for one (implementation, direction), summed over its kernels.
 
     Bytes in bytes, times in ms, counts in warp-level instructions or requests unless named
@@ -235,8 +216,6 @@ class Counters(_Keyed):
     stalls: dict[str, float] = field(default_factory=dict)
     opcodes: dict[str, float] = field(default_factory=dict)
 
-    _DERIVED = ("sectors_per_request", "instructions_per_byte", "dram_bytes", "shared_instructions")
-
     @property
     def dram_bytes(self) -> float:
         return self.dram_bytes_read + self.dram_bytes_written
@@ -273,7 +252,7 @@ class Counters(_Keyed):
 
 
 @dataclass
-class Profile(_Keyed):
+class Profile:
     """One ncu run over a problem's implementations (what ``Section.ncu`` holds).
 
     ``status``: "ok", "unavailable", "refused" or "failed", with ``message``; ``shape`` the

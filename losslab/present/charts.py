@@ -9,7 +9,7 @@ import torch
 
 from losslab import problems, records
 from losslab.present.html import message, no_results
-from losslab.present.results import as_section, bandwidth_gbps, implementation_order, measured_where
+from losslab.present.results import bandwidth_gbps, implementation_order, measured_where
 
 WARP = 32
 LINE_BYTES = 128  # one L1/L2 cache line; a fully coalesced warp load of 32 floats fills exactly one
@@ -78,7 +78,7 @@ def _bar_values(ax, log: bool) -> None:
                 fontsize=7, color="black" if dark else "white")
 
 
-def bandwidth_chart(section: records.Section | dict | None):
+def bandwidth_chart(section: records.Section | None):
     """Bars of each variant's and peer's achieved GB/s, one panel per direction, with the
     measured read and copy bandwidth as horizontal lines. The y axis turns logarithmic (and says
     so) when the slowest bar is more than 20x below the fastest. A bar whose time is below the
@@ -90,7 +90,6 @@ def bandwidth_chart(section: records.Section | dict | None):
     """
     from losslab.present.evidence import work_elsewhere
 
-    section = as_section(section)
     if section is None:
         return no_results("bandwidth chart")
     from matplotlib.figure import Figure
@@ -132,10 +131,9 @@ def bandwidth_chart(section: records.Section | dict | None):
     return fig
 
 
-def sweep_dtypes(section: records.Section | dict | None) -> list[str]:
+def sweep_dtypes(section: records.Section | None) -> list[str]:
     """The dtypes at which ``section`` holds rows at two or more shapes (a sweep to draw), float32
     first; [] for None or a record of one shape per dtype."""
-    section = as_section(section)
     if section is None:
         return []
     return [d for d in section.dtypes if len({tuple(r.shape) for r in section.rows if r.dtype == d}) > 1]
@@ -229,7 +227,7 @@ def _bytes_of(shape: tuple[int, int], lines: list[records.SweepLine]) -> int:
     return next(p.min_bytes for line in lines for p in line.points if tuple(p.shape) == shape)
 
 
-def sweep_chart(section: records.Section | dict | None, dtype: str = "float32", direction: str = "forward"):
+def sweep_chart(section: records.Section | None, dtype: str = "float32", direction: str = "forward"):
     """Time per call and fraction of the measured bandwidth against size, one line per
     implementation (``records.Section.sweep``): the upper panel the median ms per call (log), the
     lower the achieved share of the measured bandwidth ceiling in %, both over the cost model's
@@ -250,7 +248,6 @@ def sweep_chart(section: records.Section | dict | None, dtype: str = "float32", 
         raise ValueError(f"dtype: expected one of {', '.join(SWEEP_DTYPES)}, got {dtype!r}")
     if direction not in problems.DIRECTIONS:
         raise ValueError(f"direction: expected one of {', '.join(problems.DIRECTIONS)}, got {direction!r}")
-    section = as_section(section)
     lines = section.sweep(dtype, direction) if section is not None else []
     if len({tuple(p.shape) for line in lines for p in line.points}) < 2:
         where = f"{section.problem} {dtype} {direction}: " if section is not None else ""
@@ -278,14 +275,13 @@ def sweep_chart(section: records.Section | dict | None, dtype: str = "float32", 
     return fig
 
 
-def sweep_growth(section: records.Section | dict | None, dtype: str = "float32", direction: str = "forward"):
+def sweep_growth(section: records.Section | None, dtype: str = "float32", direction: str = "forward"):
     """From each recorded shape to the next larger one: how many times the minimum bytes grow and
     how many times the fastest implementation's time grows, as a Markdown list read from the sweep.
     Where the time grows far less than the bytes, a call is mostly its fixed cost (launch-bound);
     where it grows as the bytes do, bandwidth-bound. One line where there is no sweep."""
     from losslab.present.html import markdown
 
-    section = as_section(section)
     lines = section.sweep(dtype, direction) if section is not None else []
     best: dict[tuple[int, int], tuple[float, str, int]] = {}
     for line in lines:

@@ -32,7 +32,7 @@ import torch
 from losslab import problems, records
 from losslab.build import KERNELS, knobs
 from losslab.present.html import Html, markdown, message, no_results, table
-from losslab.present.results import as_section, bandwidth_gbps
+from losslab.present.results import bandwidth_gbps
 
 DIRECTIONS = ("forward", "backward", "forward_backward")
 MAX_WARPS_PER_SM = 64  # resident warps per SM on sm_80 and sm_90
@@ -62,27 +62,26 @@ def _times(section: records.Section) -> dict[tuple[str, str], float]:
     return {(r.implementation, r.direction): r.median_ms for r in section.rows if r.kind == "variant"}
 
 
-def steps(section: records.Section | dict) -> list[Step]:
+def steps(section: records.Section) -> list[Step]:
     """Each adjacent pair of rungs in every direction both were timed in (the section's view)."""
-    section = as_section(section).view()
+    section = section.view()
     times = _times(section)
     rungs = problems.get(section.problem).variants
     return [Step(lo, up, d, times[lo, d], times[up, d]) for lo, up in zip(rungs, rungs[1:], strict=False)
             for d in DIRECTIONS if (lo, d) in times and (up, d) in times]
 
 
-def step(section: records.Section | dict, lower: str, upper: str, direction: str) -> Step | None:
+def step(section: records.Section, lower: str, upper: str, direction: str) -> Step | None:
     """The step from ``lower`` to ``upper`` in ``direction``, or None where either was not timed."""
-    section = as_section(section).view()
+    section = section.view()
     times = _times(section)
     if (lower, direction) in times and (upper, direction) in times:
         return Step(lower, upper, direction, times[lower, direction], times[upper, direction])
     return None
 
 
-def steps_table(section: records.Section | dict | None) -> Html:
+def steps_table(section: records.Section | None) -> Html:
     """× rung below per step (rows) and direction (columns), from the timing rows."""
-    section = as_section(section)
     if section is None or not section.rows:
         return no_results("steps")
     found = {(s.lower, s.upper, s.direction): s for s in steps(section)}
@@ -142,10 +141,10 @@ class Parallelism:
                 f"hold), {idle} SMs idle{per_sm}")
 
 
-def naive_parallelism(section: records.Section | dict, rung: str | None = None) -> Parallelism:
+def naive_parallelism(section: records.Section, rung: str | None = None) -> Parallelism:
     """The launch of ``rung`` (default the ladder's first, one thread per row) at the section's
     shape, against its device's SM count."""
-    section = as_section(section).view()
+    section = section.view()
     rung = rung or problems.get(section.problem).variants[0]
     rows = (section.primary_shape or problems.get(section.problem).sizes["seed"])[0]
     threads = threads_per_block(section.problem, rung)
@@ -161,13 +160,11 @@ def naive_parallelism(section: records.Section | dict, rung: str | None = None) 
 
 # --- Nsight Compute ----------------------------------------------------------------------------------
 
-def ncu_record(section: records.Section, implementation: str, direction: str) -> dict | None:
-    """The ncu profile's record of (implementation, direction), or None."""
-    ncu = section.ncu or {}
-    if ncu.get("status") != "ok":
+def ncu_record(section: records.Section, implementation: str, direction: str) -> records.Counters | None:
+    """The ncu profile's counters of (implementation, direction), or None (no profile that ran, or no such record)."""
+    if section.ncu is None or section.ncu.status != "ok":
         return None
-    return next((r for r in ncu.get("records", []) if (r["implementation"], r["direction"]) ==
-                 (implementation, direction)), None)
+    return section.ncu.find(implementation, direction)
 
 
 # the counters that name a rung's flaw and its fix (``measure.ncu.Counters`` fields), in table order
@@ -196,39 +193,34 @@ MEANINGS = {
 STALL_MEANING = "warps stalled for this reason per issued instruction (one of the main kernel's two largest)"
 
 
-def _counter(rec, name: str) -> float | None:
-    """``name`` of an ncu record (a ``Counters`` or the dict of an older record); derived
-    counters are computed where the record is a plain dict."""
-    value = rec.get(name)
-    if value is None and name == "sectors_per_request" and rec.get("load_requests"):
-        value = (rec.get("load_sectors") or 0) / rec["load_requests"]
+def _counter(rec: records.Counters, name: str) -> float | None:
+    """``name`` of an ncu record (a field or a derived property of ``Counters``); None where it is not a number."""
+    value = getattr(rec, name, None)
     return value if isinstance(value, (int, float)) else None
 
 
-def counters(section: records.Section | dict) -> dict[tuple[str, str], dict[str, float]]:
+def counters(section: records.Section) -> dict[tuple[str, str], dict[str, float]]:
     """{(rung, direction): {counter: value}} for the :data:`COUNTERS` the ncu profile holds
     (the rungs only), plus ``stall: <reason>`` for the main kernel's two largest stall reasons;
     {} where the record holds none of them (profiles made before they were counted)."""
-    section = as_section(section)
-    ncu = section.ncu or {}
-    if ncu.get("status") != "ok":
+    ncu = section.ncu
+    if ncu is None or ncu.status != "ok":
         return {}
     out = {}
-    for rec in ncu.get("records") or []:
+    for rec in ncu.records or []:
         found = {n: v for n in COUNTERS if (v := _counter(rec, n)) is not None}
-        stalls = rec.get("stalls") or {}
+        stalls = rec.stalls or {}
         found |= {f"stall: {k}": v for k, v in sorted(stalls.items(), key=lambda kv: -kv[1])[:2]}
-        if rec["kind"] == "variant" and found:
-            out[rec["implementation"], rec["direction"]] = found
+        if rec.kind == "variant" and found:
+            out[rec.implementation, rec.direction] = found
     return out
 
 
-def counters_table(section: records.Section | dict | None, direction: str = "forward",
+def counters_table(section: records.Section | None, direction: str = "forward",
                    rungs: tuple[str, ...] | list[str] | None = None, meanings: bool = False) -> Html:
     """The counters of :func:`counters` per rung in ``direction`` (rungs as columns, so a step
     reads left to right; ``rungs``: only those, default all), with a column saying what each
     counter means if ``meanings`` (:data:`MEANINGS`), or one line: not recorded yet."""
-    section = as_section(section)
     if section is None:
         return no_results("counters")
     found = {k: v for k, v in counters(section).items() if k[1] == direction and (rungs is None or k[0] in rungs)}
@@ -251,22 +243,22 @@ def counters_table(section: records.Section | dict | None, direction: str = "for
                       - len(rungs)), plain=plain)
 
 
-def dram_over_minimum(section: records.Section | dict, implementation: str, direction: str) -> float | None:
+def dram_over_minimum(section: records.Section, implementation: str, direction: str) -> float | None:
     """DRAM bytes read that ncu measured over the cost model's minimum bytes read (1.0: the
     minimum exactly); None without a profile of it at the section's shape in float32."""
-    section = as_section(section).view()
+    section = section.view()
     rec = ncu_record(section, implementation, direction)
-    if rec is None or tuple((section.ncu or {}).get("shape", ())) != tuple(section.primary_shape or ()):
+    if rec is None or tuple(section.ncu.shape) != tuple(section.primary_shape or ()):
         return None
     cost = problems.get(section.problem).cost(tuple(section.primary_shape), direction)
-    return rec["dram_bytes_read"] / cost.bytes_read
+    return rec.dram_bytes_read / cost.bytes_read
 
 
-def mufu_headroom(section: records.Section | dict, implementation: str, direction: str = "forward") -> float | None:
+def mufu_headroom(section: records.Section, implementation: str, direction: str = "forward") -> float | None:
     """How many times below the special-function (MUFU) ceiling the row runs: the measured MUFU
     rate's model FLOP/s (``mufu_ex2_tops`` × FLOP per transcendental) over its achieved FLOP/s.
     None without the ceiling, the row, or transcendentals in that direction."""
-    section = as_section(section).view()
+    section = section.view()
     tops = section.ceilings.get("mufu_ex2_tops")
     row = next((r for r in section.rows if (r.implementation, r.direction) == (implementation, direction)), None)
     if not tops or row is None:
@@ -306,29 +298,28 @@ class Elsewhere:
     why: str
 
 
-def work_elsewhere(section: records.Section | dict | None) -> list[Elsewhere]:
+def work_elsewhere(section: records.Section | None) -> list[Elsewhere]:
     """The rows of ``section``'s view whose own kernels did (almost) none of their work: by the ncu
     profile where it holds the row at the view's shape in float32, else by :data:`WHY_ELSEWHERE`;
     [] without a section."""
-    section = as_section(section)
     if section is None:
         return []
     section = section.view()
-    ncu = section.ncu or {}
-    profiled = (ncu.get("status") == "ok" and section.primary_dtype == "float32"
-                and tuple(ncu.get("shape", ())) == tuple(section.primary_shape or ()))
+    ncu = section.ncu
+    profiled = (ncu is not None and ncu.status == "ok" and section.primary_dtype == "float32"
+                and tuple(ncu.shape) == tuple(section.primary_shape or ()))
     out = []
     for row in section.rows:
         rec = ncu_record(section, row.implementation, row.direction) if profiled else None
         known = WHY_ELSEWHERE.get((row.implementation, row.problem, row.direction))
         cost = problems.get(row.problem).cost(tuple(row.shape), row.direction, getattr(torch, row.dtype))
-        moved = None if rec is None else (rec["dram_bytes_read"] or 0) + (rec["dram_bytes_written"] or 0)
+        moved = None if rec is None else (rec.dram_bytes_read or 0) + (rec.dram_bytes_written or 0)
         if (moved is not None and moved < ELSEWHERE_SHARE * cost.bytes) or (moved is None and known):
             why = known or "Its work was done in another direction (as a gradient written in the forward)."
             out.append(Elsewhere(row.implementation, row.direction, row.median_ms, row.fraction_of_bandwidth,
                                  row.bandwidth, row.below_floor, cost.bytes, moved,
-                                 None if rec is None else rec.get("duration_ms"),
-                                 None if rec is None else rec.get("launches"), why))
+                                 None if rec is None else rec.duration_ms,
+                                 None if rec is None else rec.launches, why))
     return out
 
 
@@ -340,11 +331,10 @@ def _bytes(n: float) -> str:
     return f"{n:.0f} B"
 
 
-def work_elsewhere_note(section: records.Section | dict | None):
+def work_elsewhere_note(section: records.Section | None):
     """One Markdown paragraph per row of :func:`work_elsewhere`: its timed ms and share of the
     bandwidth (or that it is below the physical floor), what Nsight Compute measured its kernels
     doing, and why (:data:`WHY_ELSEWHERE`); an empty Markdown where no row did its work elsewhere."""
-    section = as_section(section)
     lines = []
     for e in work_elsewhere(section):
         timed = (f"timed at {e.median_ms:.3f} ms, " + ("below the physical floor: no result" if e.below_floor else
@@ -382,10 +372,9 @@ def step_on_devices(problem: str, lower: str, upper: str, direction: str, result
     return markdown("\n".join(lines) or f"No record holds {problem}'s {lower} and {upper} {direction} yet.")
 
 
-def fraction_statement(section: records.Section | dict | None, rung: str, direction: str):
+def fraction_statement(section: records.Section | None, rung: str, direction: str):
     """"<rung>'s <direction> reaches N% of the measured <read|copy> bandwidth (device)" from the
     record, as Markdown; one line saying so without a section or the row."""
-    section = as_section(section)
     row = _row(section.view(), rung, direction) if section is not None else None
     if row is None:
         return markdown(f"No {rung} {direction} row recorded here.")
@@ -486,9 +475,9 @@ def _counter_claims(section: records.Section) -> list[Claim]:
                    "shuffles replace the barrier-separated tree")]
 
 
-def claims(section: records.Section | dict) -> list[Claim]:
+def claims(section: records.Section) -> list[Claim]:
     """Every claim notebooks 01-03 make about ``section``'s problem, checked on its view."""
-    section = as_section(section).view()
+    section = section.view()
     naive, shared, shuffle, vector, *_ = problems.get(section.problem).variants
     out = _naive_claims(section)
     out.append(_step_claim(section, "shuffle_flat", shared, shuffle, "forward", 0.95, 1.05,
@@ -501,10 +490,9 @@ def claims(section: records.Section | dict) -> list[Claim]:
     return out + _roof_claims(section, vector) + _counter_claims(section)
 
 
-def claims_table(section: records.Section | dict | None, found: list[Claim] | None = None) -> Html:
+def claims_table(section: records.Section | None, found: list[Claim] | None = None) -> Html:
     """The claims of :func:`claims` (or ``found``, e.g. :func:`cluster_claims`) with their numbers
     and a mark: holds, fails, or not recorded."""
-    section = as_section(section)
     if section is None:
         return no_results("claims")
     marks = {True: "&#10003; holds", False: "&#10007; fails", None: "not recorded yet"}
@@ -514,11 +502,11 @@ def claims_table(section: records.Section | dict | None, found: list[Claim] | No
     return Html(table(["claim", "what the record says", ""], body, text_columns=2), plain=plain)
 
 
-def naive_step_ratio(section: records.Section | dict, other: records.Section | dict) -> str:
+def naive_step_ratio(section: records.Section, other: records.Section) -> str:
     """Why naive -> shared_memory pays more in one problem than in another: the ratio of the two
     steps as (busy SMs of the other's naive / this one's) x (this one's shared_memory forward
     fraction of bandwidth / the other's), from the records."""
-    a, b = as_section(section).view(), as_section(other).view()
+    a, b = section.view(), other.view()
     names = [problems.get(s.problem).variants[:2] for s in (a, b)]
     sa, sb = step(a, *names[0], "forward"), step(b, *names[1], "forward")
     pa, pb = naive_parallelism(a), naive_parallelism(b)
@@ -534,7 +522,7 @@ def naive_step_ratio(section: records.Section | dict, other: records.Section | d
 
 # --- predict, then measure ---------------------------------------------------------------------------
 
-def predict(section: records.Section | dict | None, predicted_ms: dict | float | None = None,
+def predict(section: records.Section | None, predicted_ms: dict | float | None = None,
             direction: str = "forward") -> dict[str, float]:
     """{rung: predicted ms} in ``direction``: the reader's numbers (one float for every rung, or
     a dict per rung), else the cost model's floor (minimum bytes over the measured bandwidth).
@@ -544,7 +532,6 @@ def predict(section: records.Section | dict | None, predicted_ms: dict | float |
     """
     from losslab.present.tables import floor_ms
 
-    section = as_section(section)
     if section is None or not section.rows:
         return {}
     section = section.view()
@@ -564,11 +551,10 @@ def predict(section: records.Section | dict | None, predicted_ms: dict | float |
     return out
 
 
-def score_prediction(section: records.Section | dict | None, predicted: dict[str, float],
+def score_prediction(section: records.Section | None, predicted: dict[str, float],
                      direction: str = "forward") -> Html:
     """Each rung's predicted against its measured time: measured / predicted and a verdict
     (within 25%, or how many times slower or faster than predicted)."""
-    section = as_section(section)
     if section is None:
         return no_results("the measured times to score against")
     section = section.view()
@@ -644,14 +630,13 @@ class LongRow:
         return f"{self.shape[0]} x {self.shape[1]} {self.dtype}"
 
 
-def long_rows(section: records.Section | dict) -> list[LongRow]:
+def long_rows(section: records.Section) -> list[LongRow]:
     """fused and cluster forward+backward at each of :data:`LONG_ROWS` in each of
     :data:`LONG_ROW_DTYPES`, read from all of ``section``'s rows (a recorded section, not its view).
 
     Raises:
         ValueError: ``section`` is not of cross_entropy (no cluster rung).
     """
-    section = as_section(section)
     lower, upper = split_rung(section.problem)
     spec = problems.get(section.problem)
     found = {(tuple(r.shape), r.dtype, r.implementation): r for r in section.rows
@@ -678,11 +663,10 @@ def _pct(value: float | None) -> str:
     return "?" if value is None else f"{value:.0%}"
 
 
-def long_rows_before(section: records.Section | dict | None) -> Html:
+def long_rows_before(section: records.Section | None) -> Html:
     """The flaw cluster fixes, from the record: per long-row shape and dtype, fused's
     forward+backward time, its fraction of the read-once/write-once floor, and the most of it a
     kernel that reads the logits twice can reach. One line where the record holds none of it."""
-    section = as_section(section)
     if section is None:
         return no_results("long-row sweep")
     lower, _ = split_rung(section.problem)
@@ -699,11 +683,10 @@ def long_rows_before(section: records.Section | dict | None) -> Html:
                 plain="\n".join([f"From {_where(section)}:", *lines]))
 
 
-def long_rows_after(section: records.Section | dict | None) -> Html:
+def long_rows_after(section: records.Section | None) -> Html:
     """The measured after: per long-row shape and dtype, fused's and cluster's forward+backward
     times, each one's fraction of the floor, and × fused (fused's time over cluster's). One line
     where the record holds no cluster row at these shapes (nothing else is shown)."""
-    section = as_section(section)
     if section is None:
         return no_results("long-row sweep")
     lower, upper = split_rung(section.problem)
@@ -735,7 +718,7 @@ def long_rows_after(section: records.Section | dict | None) -> Html:
     return Html(table(head, body, caption=caption), plain=plain)
 
 
-def cluster_claims(section: records.Section | dict | None) -> list[Claim]:
+def cluster_claims(section: records.Section | None) -> list[Claim]:
     """What the cluster section of notebook 02 claims, per long-row shape and dtype (all rows of
     ``section``, not its view): fused re-reads the logits (its fraction of the floor at most the
     re-read bound); cluster is faster than fused; and, in :data:`READ_ONCE_CASES`, cluster reads
@@ -745,7 +728,6 @@ def cluster_claims(section: records.Section | dict | None) -> list[Claim]:
     Raises:
         ValueError: ``section`` is not of cross_entropy (no cluster rung).
     """
-    section = as_section(section)
     if section is None:
         return []
     lower, upper = split_rung(section.problem)

@@ -3,17 +3,26 @@ SASS instructions that carry a rung's idea (``LDG.E`` vs ``LDG.E.128``, ``BAR.SY
 ``SHFL.BFLY``, ``MUFU.LG2``/``MUFU.EX2``), from ``losslab.build.sass``.
 
 Compiling a rung takes nvcc a few seconds, so results are cached per (problem, rung, arch) under
-the system's temporary folder, keyed by the hash of the sources a measurement depends on
-(``records.sources_sha256``): a changed kernel is compiled again. Without nvcc (or cuobjdump)
-every function returns None and the tables say so in one line.
+the system's temporary folder (``losslab-sass``; TMPDIR moves it), keyed by the hash of the
+sources a measurement depends on (``records.sources_sha256``) and by the compiler (nvcc's path,
+size, modification time and ``--version``, and the flags): a changed kernel or another nvcc is
+compiled again. Entries are written whole (a temporary file renamed into place) and checked
+when read: a truncated or foreign entry is compiled again and replaced. A cache folder that
+cannot be written costs the cache, not the result (one line on stderr says so). Without nvcc
+(or cuobjdump) every function returns None and the tables say so in one line.
 """
 from __future__ import annotations
 
+import functools
+import hashlib
 import html
 import json
+import os
 import re
+import subprocess
+import sys
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from losslab import problems, records
@@ -89,6 +98,64 @@ def _compile(problem: str, rung: str, arch: str) -> list[KernelCode]:
     return sorted(out, key=lambda k: (k.direction, k.name))
 
 
+@functools.cache
+def compiler_key() -> str:
+    """A hash of the compiler as it is now: nvcc's path, size, modification time, ``--version``
+    and losslab's flags (a wrapper that adds ``-G``, or another toolkit, gives another key).
+
+    Raises:
+        BuildError: no nvcc.
+    """
+    from losslab.build.extension import NVCC_FLAGS, nvcc_path
+
+    nvcc = nvcc_path()
+    try:
+        stat = nvcc.stat()
+        version = subprocess.run([str(nvcc), "--version"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError) as err:
+        raise BuildError(f"nvcc at {nvcc} cannot be run: {err}") from err
+    identity = "\0".join([str(nvcc), str(stat.st_size), str(stat.st_mtime_ns), version, *NVCC_FLAGS])
+    return hashlib.sha256(identity.encode()).hexdigest()[:16]
+
+
+def _read_entry(path: Path) -> list[KernelCode] | None:
+    """The kernels a cache entry holds, or None when it is missing, truncated or not one this
+    module writes."""
+    names = {f.name: f.type for f in fields(KernelCode)}
+    try:
+        entries = json.loads(path.read_text())
+        if not isinstance(entries, list) or not all(isinstance(k, dict) and k.keys() == names.keys() for k in entries):
+            return None
+        kernels = [KernelCode(**{**k, "lines": tuple(k["lines"])}) for k in entries]
+    except (OSError, ValueError, TypeError):
+        return None
+    ok = all(isinstance(k.name, str) and isinstance(k.direction, str) and isinstance(k.registers, int)
+             and isinstance(k.spill_bytes, int) and all(isinstance(line, str) for line in k.lines) for k in kernels)
+    return kernels if ok else None
+
+
+_warned: set[Path] = set()
+
+
+def _write_entry(path: Path, kernels: list[KernelCode]) -> None:
+    """Write ``path`` whole: a temporary file in its folder, renamed into place. An unwritable
+    folder is said once per process, on stderr, and otherwise ignored."""
+    tmp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        with os.fdopen(fd, "w") as out:
+            json.dump([asdict(k) for k in kernels], out)
+        os.replace(tmp, path)
+    except OSError as err:
+        if tmp is not None and os.path.exists(tmp):
+            os.unlink(tmp)
+        if _CACHE not in _warned:
+            _warned.add(_CACHE)
+            print(f"losslab: the SASS cache folder {_CACHE} cannot be written ({err.strerror or err}); compiling "
+                  "without a cache (set TMPDIR to a writable folder to move it)", file=sys.stderr)
+
+
 def rung_code(problem: str, rung: str, arch: str = "sm_90") -> list[KernelCode] | None:
     """The float32 kernels of ``kernels/<problem>/<rung>.cu`` compiled for ``arch``, or None
     where nvcc or cuobjdump is missing (cached, see the module docstring).
@@ -97,15 +164,18 @@ def rung_code(problem: str, rung: str, arch: str = "sm_90") -> list[KernelCode] 
         ValueError: unknown problem or rung.
     """
     problems.get(problem).check_variant_name(rung)
-    key = _CACHE / records.sources_sha256(problem)[:16] / f"{problem}-{rung}-{arch}.json"
-    if key.exists():
-        return [KernelCode(**{**k, "lines": tuple(k["lines"])}) for k in json.loads(key.read_text())]
+    try:
+        key = _CACHE / records.sources_sha256(problem)[:16] / f"{problem}-{rung}-{arch}-{compiler_key()}.json"
+    except BuildError:
+        return None
+    kernels = _read_entry(key)
+    if kernels is not None:
+        return kernels
     try:
         kernels = _compile(problem, rung, arch)
     except (BuildError, OSError):
         return None
-    key.parent.mkdir(parents=True, exist_ok=True)
-    key.write_text(json.dumps([asdict(k) for k in kernels]))
+    _write_entry(key, kernels)
     return kernels
 
 

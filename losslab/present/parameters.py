@@ -7,9 +7,21 @@ cell's error), instead of a bare KeyError, a silently empty table or a driver er
 
     parameters.validate(problem=problem, size=size, variants=variants, device=device, live=live,
                         results_dir=results_dir)
+
+Run in a notebook kernel, :func:`validate` also refuses a name given with ``papermill -p``
+that the notebook does not take (papermill only warns and injects it), and gives the kernel a
+temporary folder of its own as tempfile's default, removed when the kernel exits: what the
+cells make with tempfile (notebook 07's solution files) no longer piles up in /tmp.
 """
 from __future__ import annotations
 
+import ast
+import atexit
+import math
+import os
+import shutil
+import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -127,8 +139,8 @@ def _needs_gpu(name: str) -> Callable:
 def _positive(name: str, whole: bool, example: str) -> Callable:
     kinds, what = ((int,), "whole number") if whole else ((int, float), "number")
 
-    def check(value, params: dict) -> None:
-        if isinstance(value, bool) or not isinstance(value, kinds) or value <= 0:
+    def check(value, params: dict) -> None:  # NaN and inf are not numbers above 0 here
+        if isinstance(value, bool) or not isinstance(value, kinds) or not 0 < value < math.inf:
             raise ParameterError(f"{name}: {value!r} is not a {what} above 0; expected e.g. {example}")
     return check
 
@@ -159,6 +171,48 @@ CHECKS: dict[str, Callable] = {  # in the order they run: later checks read earl
 }
 
 
+def _shell():
+    """The IPython shell this runs in (a notebook's kernel), or None."""
+    ipython = sys.modules.get("IPython")
+    return ipython.get_ipython() if ipython is not None and hasattr(ipython, "get_ipython") else None
+
+
+def injected_names(shell) -> list[str]:
+    """The names papermill's injected-parameters cell assigned in ``shell``'s session: that cell's
+    source opens with "# Parameters" (papermill's PythonTranslator), and IPython keeps every
+    executed cell's source in ``In``."""
+    names = []
+    for source in shell.user_ns.get("In", []) if shell is not None else []:
+        if isinstance(source, str) and source.lstrip().startswith("# Parameters"):
+            try:
+                body = ast.parse(source).body
+            except SyntaxError:
+                continue
+            names += [t.id for node in body if isinstance(node, ast.Assign) for t in node.targets
+                      if isinstance(t, ast.Name)]
+    return names
+
+
+_scratch: list[Path] = []
+
+
+def _kernel_scratch() -> None:
+    """Once per kernel: tempfile's default folder becomes one of the kernel's own
+    (``losslab-kernel-<pid>-...``), removed at exit; those of kernels that were killed before
+    their exit handlers ran (their pid is gone) are removed here."""
+    if _scratch:
+        return
+    base = Path(tempfile.gettempdir())
+    if Path("/proc/self").exists():  # only where a live process can be told from a dead one
+        for old in base.glob("losslab-kernel-*-*"):
+            pid = old.name.split("-")[2]
+            if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+                shutil.rmtree(old, ignore_errors=True)
+    _scratch.append(Path(tempfile.mkdtemp(prefix=f"losslab-kernel-{os.getpid()}-", dir=base)))
+    tempfile.tempdir = str(_scratch[0])
+    atexit.register(shutil.rmtree, _scratch[0], ignore_errors=True)
+
+
 def validate(*, default_results_dir: Path | str = records.RESULTS_DIR, **parameters) -> None:
     """Check a notebook's parameters (pass every one, by name); return None if all are usable.
 
@@ -166,14 +220,25 @@ def validate(*, default_results_dir: Path | str = records.RESULTS_DIR, **paramet
     None (``reports/results/``; the pitfalls notebook passes its own folder). A ``device`` must
     be the visible GPU or have a record there.
 
+    In a notebook kernel (see the module docstring) a name papermill injected that is not among
+    ``parameters`` is refused, and the kernel gets a temporary folder of its own.
+
     Raises:
-        ParameterError: the first parameter that holds a value it cannot take; the message names
-            the parameter, the value and the allowed values.
+        ParameterError: the first parameter that holds a value it cannot take, or a name given
+            with papermill -p that the notebook does not take; the message names the parameter,
+            the value and the allowed values (or names).
         TypeError: a parameter this module has no check for (a new notebook parameter needs one).
     """
     unknown = [name for name in parameters if name not in CHECKS]
     if unknown:
         raise TypeError(f"validate: no check for parameter(s) {', '.join(unknown)}; add one to parameters.CHECKS")
+    shell = _shell()
+    extra = [name for name in injected_names(shell) if name not in parameters]
+    if extra:
+        raise ParameterError(f"{extra[0]}: this notebook has no parameter of that name (given with papermill -p); "
+                             f"expected some of: {', '.join(parameters)}")
+    if shell is not None:
+        _kernel_scratch()
     context = {**parameters, "_default_results_dir": Path(default_results_dir)}
     for name, check in CHECKS.items():
         if name in parameters:

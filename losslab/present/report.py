@@ -10,12 +10,19 @@ writes, for each ``notebooks/*.ipynb``:
 and ``reports/index.html`` linking them all with the device, date, versions and kernel hash
 of the results each notebook shows (read from the metadata of its
 ``present.results.banner`` outputs) and a list of every record under ``reports/results/``.
-Nothing under ``notebooks/`` is written.
+Nothing under ``notebooks/`` is written. The report is built in a temporary folder inside
+``reports/`` and moved into place once every notebook has run, index last: a run that is
+interrupted (Ctrl-C) or fails on the way leaves the previous report as it was.
 """
 from __future__ import annotations
 
 import base64
+import contextlib
 import html
+import os
+import shutil
+import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,12 +79,29 @@ def shown_results(nb: nbformat.NotebookNode) -> list[dict]:
             if METADATA_KEY in output.get("metadata", {})]
 
 
+@contextlib.contextmanager
+def _stderr_to(path: Path):
+    """Descriptor 2 goes to ``path`` while the block runs. The kernel papermill starts inherits
+    it: its warnings, and on Ctrl-C its shutdown tracebacks, stay out of the terminal."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(path, "ab") as log:
+        os.dup2(log.fileno(), 2)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def run_notebook(source: Path, output_dir: Path, parameters: dict | None = None) -> NotebookReport:
     """Execute ``source`` with papermill into ``output_dir``, export it to HTML and extract its figures.
 
     Only the ``parameters`` the notebook's parameters cell defines are passed. A failing
     cell does not raise: the report's ``error`` says what failed, and the executed copy
-    (which papermill writes with the traceback) is still exported.
+    (which papermill writes with the traceback) is still exported. What the kernel process
+    writes to stderr goes to ``output_dir/<name>.kernel-stderr.txt``.
     """
     name = source.stem
     report = NotebookReport(name, output_dir / f"{name}.ipynb", output_dir / f"{name}.html")
@@ -85,8 +109,9 @@ def run_notebook(source: Path, output_dir: Path, parameters: dict | None = None)
     passed = {k: v for k, v in (parameters or {}).items() if k in known}
     start = time.perf_counter()
     try:
-        papermill.execute_notebook(str(source), str(report.executed), parameters=passed,
-                                   kernel_name=KERNEL_NAME, cwd=str(source.parent), progress_bar=False)
+        with _stderr_to(output_dir / f"{name}.kernel-stderr.txt"):
+            papermill.execute_notebook(str(source), str(report.executed), parameters=passed,
+                                       kernel_name=KERNEL_NAME, cwd=str(source.parent), progress_bar=False)
     except papermill.PapermillExecutionError as error:
         report.error = f"cell {error.exec_count}: {error.ename}: {error.evalue}"
     report.seconds = time.perf_counter() - start
@@ -144,10 +169,23 @@ table{{border-collapse:collapse}} tr{{border-bottom:1px solid #ddd}}</style></he
     return index
 
 
+def _swap_in(built: Path, output_dir: Path, reports: list[NotebookReport]) -> None:
+    """Move the report built in ``built`` into ``output_dir``: each notebook's figures (its older
+    ones removed first), executed copy and HTML, then the index (``os.replace``, one rename each)."""
+    (output_dir / "figures").mkdir(exist_ok=True)
+    for r in reports:
+        for old in (output_dir / "figures").glob(f"{r.name}_*.png"):
+            old.unlink()
+        for path in [*r.figures, r.executed, r.html]:
+            os.replace(path, output_dir / path.relative_to(built))
+    os.replace(built / "index.html", output_dir / "index.html")
+
+
 def build_report(output_dir: Path, parameters: dict | None = None, sources: list[Path] | None = None) -> Path:
     """Execute every notebook (default: all of ``notebooks/``) headless into ``output_dir``,
     export each to HTML, save its figures as PNG and write ``output_dir/index.html``.
-    Prints which notebook runs and how long it took.
+    Prints which notebook runs and how long it took. Everything is built in a temporary
+    folder first and moved into ``output_dir`` at the end (see the module docstring).
 
     Args:
         parameters: passed to each notebook's parameters cell (those it defines), e.g.
@@ -156,22 +194,29 @@ def build_report(output_dir: Path, parameters: dict | None = None, sources: list
 
     Raises:
         ValueError: ``output_dir`` is inside ``notebooks/`` (the sources are never overwritten).
-        RuntimeError: a notebook failed (after every notebook ran and the index was written).
+        RuntimeError: a notebook failed (after every notebook ran and the report was moved into place).
+        KeyboardInterrupt: interrupted; ``output_dir`` holds the previous report, unchanged.
     """
     output_dir = Path(output_dir).resolve()
     if output_dir == NOTEBOOKS or NOTEBOOKS in output_dir.parents:
         raise ValueError(f"output_dir: {output_dir} is inside {NOTEBOOKS}; choose another folder, e.g. reports/")
     sources = notebooks() if sources is None else sources
     output_dir.mkdir(parents=True, exist_ok=True)
-    reports = []
-    for i, source in enumerate(sources, 1):
-        print(f"[{i}/{len(sources)}] executing {source.name} ...", flush=True)
-        report = run_notebook(source, output_dir, parameters)
-        outcome = f"FAILED ({report.error})" if report.error else "done"
-        print(f"[{i}/{len(sources)}] {source.name} {outcome} in {report.seconds:.1f} s -> "
-              f"{report.html.name}, {len(report.figures)} figure(s)", flush=True)
-        reports.append(report)
-    index = write_index(output_dir, reports)
+    built = Path(tempfile.mkdtemp(prefix=".report-building-", dir=output_dir))  # same file system: renames
+    try:
+        reports = []
+        for i, source in enumerate(sources, 1):
+            print(f"[{i}/{len(sources)}] executing {source.name} ...", flush=True)
+            report = run_notebook(source, built, parameters)
+            outcome = f"FAILED ({report.error})" if report.error else "done"
+            print(f"[{i}/{len(sources)}] {source.name} {outcome} in {report.seconds:.1f} s -> "
+                  f"{report.html.name}, {len(report.figures)} figure(s)", flush=True)
+            reports.append(report)
+        write_index(built, reports)
+        _swap_in(built, output_dir, reports)
+    finally:
+        shutil.rmtree(built, ignore_errors=True)
+    index = output_dir / "index.html"
     print(f"wrote {index}", flush=True)
     failed = [r.name for r in reports if r.error]
     if failed:

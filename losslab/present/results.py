@@ -6,8 +6,8 @@
 :func:`load_results` returns a :class:`losslab.records.Section` holding one shape and dtype
 (``source`` "live" or "recorded"), or None when nothing is measured or recorded. Live runs go
 through ``records.measure_section``; nothing here measures. Every table and chart of
-``present`` accepts None and says there are no results, so a notebook runs top to bottom
-either way; they also accept a section in the older dict format (:func:`as_section`).
+``present`` takes a ``records.Section`` or None, and says there are no results for None, so a
+notebook runs top to bottom either way.
 """
 from __future__ import annotations
 
@@ -55,16 +55,6 @@ def recorded_devices(results_dir: Path | str | None = None) -> list[str]:
 def same_device(a: str, b: str) -> bool:
     """True if two device names (or their file-name slugs) name the same device."""
     return records.device_slug(a) == records.device_slug(b)
-
-
-def as_section(section: records.Section | dict | None) -> records.Section | None:
-    """``section`` as a typed Section: a Section as it is, a dict in the older format (with
-    optional ``problem`` and ``source`` keys) converted, None as None."""
-    if section is None or isinstance(section, records.Section):
-        return section
-    typed = records.Section.from_dict(section, section.get("problem"))
-    typed.source = section.get("source", typed.source)
-    return typed
 
 
 def load_results(problem: str, *, device: str | None = None, size: str = "seed",
@@ -167,7 +157,7 @@ def _missing_text(problem: str, device: str | None, results_dir: Path | str | No
             f"`python -m losslab bench {problem}` on a GPU machine and commit the record.")
 
 
-def banner(section: records.Section | dict | None, problem: str, size: str | None = None, *,
+def banner(section: records.Section | None, problem: str, size: str | None = None, *,
            device: str | None = None, results_dir: Path | str | None = None) -> Html:
     """One line saying where the numbers below come from: live or recorded, device, date(s),
     versions, shape, and whether the record was measured on today's sources.
@@ -177,7 +167,6 @@ def banner(section: records.Section | dict | None, problem: str, size: str | Non
     when a record was taken at another shape. The output carries :func:`source_info` as
     metadata (key :data:`METADATA_KEY`), which ``present.report`` reads.
     """
-    section = as_section(section)
     if section is None:
         return message(_missing_text(problem, device, results_dir),
                        metadata={METADATA_KEY: {"problem": problem, "source": "none"}})

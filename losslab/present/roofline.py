@@ -26,7 +26,7 @@ import torch
 from losslab import problems, records
 from losslab.measure.ceilings import datasheet
 from losslab.present.charts import COLORS, wrap_title
-from losslab.present.results import as_section, bandwidth_gbps, measured_where
+from losslab.present.results import bandwidth_gbps, measured_where
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ class Point:
 DIRECTIONS = ("forward", "backward", "forward_backward")
 
 
-def points(section: records.Section | dict, directions: tuple[str, ...] = DIRECTIONS) -> list[Point]:
+def points(section: records.Section, directions: tuple[str, ...] = DIRECTIONS) -> list[Point]:
     """Roofline points of one section's rows at its shown shape and dtype (``Section.view``).
     Each point's bytes are its own dtype's (the cost model at the row's dtype); a hollow
     (measured-traffic) point only where ncu profiled that same shape in that same dtype (ncu
@@ -77,13 +77,12 @@ def points(section: records.Section | dict, directions: tuple[str, ...] = DIRECT
     moved almost none of its bytes (``evidence.work_elsewhere``: ``elsewhere`` is set instead)."""
     from losslab.present.evidence import work_elsewhere
 
-    section = as_section(section).view()
-    ncu = section.ncu or {}
+    section = section.view()
+    ncu = section.ncu
     measured = {}
-    if (ncu.get("status") == "ok" and tuple(ncu.get("shape", ())) == tuple(section.primary_shape or ())
-            and section.primary_dtype == (ncu.get("dtype") or "float32")):
-        measured = {(r["implementation"], r["direction"]): r["dram_bytes_read"] + r["dram_bytes_written"]
-                    for r in ncu["records"]}
+    if (ncu is not None and ncu.status == "ok" and tuple(ncu.shape) == tuple(section.primary_shape or ())
+            and section.primary_dtype == "float32"):  # ncu profiles float32
+        measured = {(r.implementation, r.direction): r.dram_bytes_read + r.dram_bytes_written for r in ncu.records}
     away = {(e.implementation, e.direction) for e in work_elsewhere(section)}
     out = []
     for row in section.rows:
@@ -351,7 +350,7 @@ def figure_size(n_points: int) -> tuple[float, float]:
     return 14.0, max(7.5, 2.5 + 0.2 * n_points)
 
 
-def plot_roofline(sections: dict | list[dict], directions: tuple[str, ...] = DIRECTIONS,
+def plot_roofline(sections: records.Section | list[records.Section], directions: tuple[str, ...] = DIRECTIONS,
                   title: str | None = None, ax=None):
     """Draw the roofline of one or more bench sections (one per problem) from the same device.
 
@@ -373,10 +372,10 @@ def plot_roofline(sections: dict | list[dict], directions: tuple[str, ...] = DIR
     """
     import matplotlib.pyplot as plt
 
-    sections = [sections] if isinstance(sections, (dict, records.Section)) else list(sections)
+    sections = [sections] if isinstance(sections, records.Section) else list(sections)
     if not sections:
         raise ValueError("sections: expected at least one recorded bench section")
-    sections = [as_section(s).view() for s in sections]
+    sections = [s.view() for s in sections]
     devices = list(dict.fromkeys(s.device for s in sections))
     if len(devices) > 1:
         raise ValueError(f"sections: expected sections of one device (one set of roofs), got {', '.join(devices)}")
@@ -470,7 +469,7 @@ def write_figures(problem_names: list[str] | None = None, output_dir: Path | str
             print(f"losslab roofline: no recorded results for {', '.join(problem_names)} under {results_dir}",
                   file=sys.stderr)
             return []
-        device = max(newest, key=lambda s: s["date"])["device"]
+        device = max(newest, key=lambda s: s.date).device
     found = {}
     for name in problem_names:
         try:
@@ -488,13 +487,13 @@ def write_figures(problem_names: list[str] | None = None, output_dir: Path | str
         fig.savefig(written[-1], dpi=120)
         plt.close(fig)
     for name, section in found.items():
-        ncu = section.get("ncu")
-        if ncu and ncu.get("status") != "ok":
-            print(f"losslab roofline: {name}: no measured-traffic points (ncu: {ncu.get('message')})", file=sys.stderr)
+        ncu = section.ncu
+        if ncu and ncu.status != "ok":
+            print(f"losslab roofline: {name}: no measured-traffic points (ncu: {ncu.message})", file=sys.stderr)
     return written
 
 
-def _newest(problem: str, device: str | None, results_dir: Path) -> list[dict]:
+def _newest(problem: str, device: str | None, results_dir: Path) -> list[records.Section]:
     """[the newest section of ``problem`` (on ``device``)], or [] when none is recorded."""
     try:
         return [records.latest_section(problem, device, results_dir)]

@@ -2,11 +2,10 @@
 floor it sets at a measured bandwidth), the correctness checks, the timings and the ceilings.
 
 Every function takes a section as :func:`losslab.present.results.load_results` returns it (a
-``records.Section``; a dict in the older format is converted), or None, and then says there are
-no results. Captions say on which device, when and with which versions the numbers were
-measured; a row below the physical floor (``BenchRow.below_floor``: its minimum bytes at the
-datasheet's peak bandwidth) is marked with a red dagger and its ``floor_note`` spelled out
-under the table.
+``records.Section``), or None, and then says there are no results. Captions say on which
+device, when and with which versions the numbers were measured; a row below the physical floor
+(``BenchRow.below_floor``: its minimum bytes at the datasheet's peak bandwidth) is marked with a
+red dagger and its ``floor_note`` spelled out under the table.
 """
 from __future__ import annotations
 
@@ -21,7 +20,6 @@ from losslab.measure.bench import BenchRow
 from losslab.measure.ceilings import bandwidth_kind, datasheet
 from losslab.present.html import BAD, Html, format_bytes, format_date, message, no_results, table
 from losslab.present.results import (
-    as_section,
     bandwidth_gbps,
     implementation_order,
     measured_where,
@@ -74,20 +72,18 @@ def cost_table(problem: str, shape: tuple[int, int], bandwidth_gbps: dict[str, f
     return Html(table(head, body, html.escape(caption)), plain=f"cost model of {problem} at {rows}x{cols} {dtype}")
 
 
-def measured_floor(section: records.Section | dict | None) -> Html:
+def measured_floor(section: records.Section | None) -> Html:
     """:func:`cost_table` at the shape, dtype and measured bandwidth of ``section``."""
-    section = as_section(section)
     if section is None:
         return no_results("measured floor")
     return cost_table(section.problem, tuple(section.primary_shape), bandwidth_gbps(section), section.primary_dtype,
                       measured_where(section))
 
 
-def check_table(section: records.Section | dict | None) -> Html:
+def check_table(section: records.Section | None) -> Html:
     """Correctness against the float64 PyTorch reference: one row per case (random sizes, edge
     cases), one column per variant and direction, each cell the relative error with a tick or a
     cross (hover for the reason of a failure)."""
-    section = as_section(section)
     if section is None:
         return no_results("correctness table")
     checks = section.checks
@@ -134,7 +130,7 @@ def _timing_row(r: BenchRow, below: BenchRow | None, peers: list[str], dated: bo
             + ([html.escape(format_date(r.date))] if dated else []))
 
 
-def timing_table(section: records.Section | dict | None, rung_below: list[BenchRow] | tuple = ()) -> Html:
+def timing_table(section: records.Section | None, rung_below: list[BenchRow] | tuple = ()) -> Html:
     """Times per direction and implementation: median and p10-p90 in ms, achieved GB/s, fraction
     of the measured bandwidth, peak extra MiB, relative error, speedups over the peers and over
     the rung below (and each row's date when the rows come from several runs). Rows below the
@@ -146,7 +142,6 @@ def timing_table(section: records.Section | dict | None, rung_below: list[BenchR
     select); blank when that rung was not timed. A rung's other launch configuration
     (``build.knobs``) is compared with the rung's default build; another variant outside the
     ladder (your own) with the variant listed before it."""
-    section = as_section(section)
     if section is None:
         return no_results("timing table")
     section = section.view()
@@ -185,9 +180,8 @@ def timing_table(section: records.Section | dict | None, rung_below: list[BenchR
     return Html(table(head, body, caption, text_columns=2) + notes, plain=plain)
 
 
-def ceilings_table(section: records.Section | dict | None) -> Html:
+def ceilings_table(section: records.Section | None) -> Html:
     """A section's ceilings: measured beside the datasheet, with units, device, date and source."""
-    section = as_section(section)
     if section is None:
         return no_results("ceilings")
     ceilings = section.ceilings

@@ -20,7 +20,9 @@ One module per job: ``section`` (the Section and merging), ``files`` (reading an
 writing of the record files), ``freshness`` (the sources hash), ``measuring`` (making a section
 on the GPU). Each row and check carries what produced it (``date``, ``torch``, ``cuda``,
 ``sources_sha256``), so rows from several runs live in one section; ``source`` is "live" for a
-section measured now, "recorded" for one read from a file.
+section measured now, "recorded" for one read from a file. A record of the older, pre-typed
+format (schema 1: provenance and bandwidth per section, rows per dtype) is refused with a one-line
+:class:`RecordError` naming the file: re-record it.
 """
 from losslab.measure.bench import BenchRow, Skipped
 from losslab.measure.check import CheckResult

@@ -1,8 +1,9 @@
 """The record files: ``reports/results/<device>.json``, one per device, one section per problem.
 
-Reading validates (a file that is not a record raises :class:`RecordError`, one line naming
-it); writing goes to a temporary file in the same folder that replaces the record only once
-it is complete, so a full disk or a kill during a save leaves the old record as it was.
+Reading validates (a file that is not a record, or a record of the older, pre-typed format,
+raises :class:`RecordError`, one line naming it, which says to re-record an older one); writing
+goes to a temporary file in the same folder that replaces the record only once it is complete,
+so a full disk or a kill during a save leaves the old record as it was.
 """
 from __future__ import annotations
 
@@ -14,8 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from losslab.build import ROOT
-from losslab.records.freshness import sources_sha256
-from losslab.records.section import Section, merge
+from losslab.records.section import Section, merge, older_format_keys
 
 RESULTS_DIR = ROOT / "reports" / "results"
 SCHEMA = 2
@@ -33,8 +33,7 @@ def device_slug(name: str) -> str:
 
 @dataclass
 class Record:
-    """One device's record file: ``sections`` maps a problem to its Section. Also answers the
-    older dict keys ``record["device"]`` and ``record["problems"]``."""
+    """One device's record file: ``sections`` maps a problem to its Section."""
 
     device: str
     sections: dict[str, Section] = field(default_factory=dict, repr=False)
@@ -43,9 +42,6 @@ class Record:
     @property
     def date(self) -> str:
         return max((s.date for s in self.sections.values()), default="")
-
-    def __getitem__(self, key: str):
-        return {"device": self.device, "problems": self.sections}[key]
 
     def as_dict(self) -> dict:
         return {"schema": SCHEMA, "device": self.device,
@@ -57,10 +53,12 @@ def record_path(device: str, results_dir: Path = RESULTS_DIR) -> Path:
 
 
 def load(path: Path | str) -> Record:
-    """Read one record file (this format or the older one).
+    """Read one record file (schema :data:`SCHEMA`, as :meth:`Record.as_dict` writes it).
 
     Raises:
-        RecordError: unreadable, not JSON, or not a record (one line naming the file).
+        RecordError: unreadable, not JSON, not a record, or a record of the older format (schema 1:
+            provenance and bandwidth per section, rows per dtype; ``section.OLDER_FORMAT_KEYS``), which
+            is no longer read and must be re-recorded (one line naming the file).
     """
     path = Path(path)
     expected = "the JSON `python -m losslab bench` writes ({\"device\": ..., \"problems\": {...}})"
@@ -75,6 +73,11 @@ def load(path: Path | str) -> Record:
         raise RecordError(f"{path}: not a record: expected {expected}")
     if data.get("schema", 1) > SCHEMA:
         raise RecordError(f"{path}: record schema {data['schema']} is newer than this losslab reads ({SCHEMA})")
+    older = sorted({k for s in data["problems"].values() if isinstance(s, dict) for k in older_format_keys(s)})
+    if older:
+        raise RecordError(f"{path}: a record of the older format (sections with {', '.join(older)}), which this "
+                          f"losslab no longer reads: re-record it with `python -m losslab bench "
+                          f"{' '.join(sorted(data['problems']))}` on a GPU machine, or delete the file")
     empty = [p for p, s in data["problems"].items() if not isinstance(s, dict) or not s]
     if empty:
         raise RecordError(f"{path}: the section of {', '.join(map(repr, empty))} is empty: expected its rows and "
@@ -117,12 +120,14 @@ def resolve_device(device: str, results_dir: Path | str = RESULTS_DIR) -> str:
 
 def save_section(problem: str, section: Section | dict, results_dir: Path | str = RESULTS_DIR, *,
                  replace: bool = False) -> Path:
-    """Add ``section`` to its device's record (see :func:`merge`), keeping the other problems'; with
-    ``replace``, it takes the place of the problem's recorded section instead (a full re-record, so
-    that no row of an older run stays behind). Returns the record's path.
+    """Add ``section`` (a Section, or its :meth:`Section.as_dict` form) to its device's record (see
+    :func:`merge`), keeping the other problems'; with ``replace``, it takes the place of the
+    problem's recorded section instead (a full re-record, so that no row of an older run stays
+    behind). Returns the record's path.
 
     Raises:
         RecordError: the existing record file is not a record (it is left as it is).
+        ValueError: ``section`` is a dict that is not a section (or one of the older format).
     """
     section = section if isinstance(section, Section) else Section.from_dict(section, problem)
     section.problem = section.problem or problem
@@ -146,6 +151,7 @@ def write_json(path: Path, data: object) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o644)  # mkstemp's file is private (0600); a record is read by everyone
         with os.fdopen(fd, "w") as out:
             out.write(json.dumps(data, indent=1, sort_keys=True) + "\n")
             out.flush()
@@ -175,8 +181,6 @@ def latest_section(problem: str, device: str | None = None, results_dir: Path | 
     return max(found, key=lambda s: s.date)
 
 
-def is_fresh(section: Section | dict, problem: str | None = None) -> bool:
-    """True if ``section`` (a Section, or a dict in the older format) was measured on today's sources."""
-    if isinstance(section, Section):
-        return section.is_fresh()
-    return section["kernels_sha256"] == sources_sha256(problem or section["problem"])
+def is_fresh(section: Section) -> bool:
+    """True if every row and check of ``section`` was measured on today's sources (:meth:`Section.is_fresh`)."""
+    return section.is_fresh()

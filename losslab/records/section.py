@@ -2,7 +2,9 @@
 
 A newer run replaces rows by (problem, shape, dtype, implementation, direction) and checks by
 (variant, case, direction); everything else is kept, so a bench run at another size or on a
-subset of variants adds to a section and never replaces it (:func:`merge`).
+subset of variants adds to a section and never replaces it (:func:`merge`). The file format is
+:meth:`Section.as_dict`'s; a section of the older, pre-typed format (provenance and bandwidth per
+section, rows per dtype: :data:`OLDER_FORMAT_KEYS`) is refused, to be re-recorded.
 """
 from __future__ import annotations
 
@@ -22,9 +24,10 @@ _ROW_FIELDS = {f.name for f in fields(BenchRow)}
 _CHECK_FIELDS = {f.name for f in fields(CheckResult)}
 _ROW_REQUIRED = [f.name for f in fields(BenchRow) if f.default is MISSING and f.default_factory is MISSING]
 _CHECK_REQUIRED = [f.name for f in fields(CheckResult) if f.default is MISSING and f.default_factory is MISSING]
-_LEGACY_KEYS = ("problem", "device", "multiprocessors", "memory_bytes", "compute_capability", "date", "torch",
-                "cuda", "kernels_sha256", "sources_sha256", "shape", "dtype", "repeats", "bandwidth_gbps", "rows",
-                "rows_by_dtype", "checks", "ceilings", "ncu", "source")
+# what a section of the older, pre-typed format held at its top (provenance and bandwidth per section,
+# rows per dtype); a section holding any of them is refused, never converted (see Section.from_dict)
+OLDER_FORMAT_KEYS = ("date", "torch", "cuda", "kernels_sha256", "sources_sha256", "shape", "dtype", "repeats",
+                     "bandwidth_gbps", "rows_by_dtype")
 
 
 @dataclass
@@ -163,57 +166,28 @@ class Section:
 
     @classmethod
     def from_dict(cls, data: dict, problem: str | None = None) -> Section:
-        """A Section from :meth:`as_dict`'s form or the older dict format (see the module docstring).
+        """A Section from :meth:`as_dict`'s form (``problem`` where the dict names none).
 
         Raises:
-            ValueError: not a section (missing device, rows that are not rows).
+            ValueError: not a section (missing device, rows that are not rows), or a section of the
+                older format (any of :data:`OLDER_FORMAT_KEYS`), which is no longer read: re-record it.
         """
         if not isinstance(data, dict) or "device" not in data:
             raise ValueError("a section needs at least a 'device'")
+        older = older_format_keys(data)
+        if older:
+            raise ValueError(f"a section of the older format (with {', '.join(older)}), no longer read: re-record it")
         problem = data.get("problem") or problem or ""
-        legacy = {"date": data.get("date", ""), "torch": data.get("torch", ""), "cuda": data.get("cuda", ""),
-                  "sources_sha256": data.get("sources_sha256", data.get("kernels_sha256", ""))}
-        raw_rows = list(data.get("rows", [])) + [r for rs in (data.get("rows_by_dtype") or {}).values() for r in rs]
-        rows = [_row(r, legacy, data["device"]) for r in raw_rows]
-        checks = [_check(c, legacy) for c in data.get("checks", [])]
-        ceilings = data.get("ceilings") or ({"read_gbps": data["bandwidth_gbps"]["read"],
-                                             "copy_gbps": data["bandwidth_gbps"]["copy"]}
-                                            if data.get("bandwidth_gbps") else {})
+        rows = [_row(r, data["device"]) for r in data.get("rows", [])]
+        checks = [_check(c) for c in data.get("checks", [])]
         return cls(problem, data["device"], data.get("multiprocessors", 0), data.get("memory_bytes", 0),
-                   data.get("compute_capability", ""), rows, checks, ceilings, data.get("ncu"),
+                   data.get("compute_capability", ""), rows, checks, data.get("ceilings") or {}, data.get("ncu"),
                    data.get("source", "recorded"), [Skipped.from_dict(s) for s in data.get("skipped", [])])
 
-    # --- the older dict format, read-only ---
-    def keys(self):
-        return _LEGACY_KEYS
 
-    def __getitem__(self, key: str):
-        if key not in _LEGACY_KEYS:
-            raise KeyError(key)
-        primary = self.primary_shape
-        if key == "rows":
-            return [r.as_dict() for r in self.select()]
-        if key == "rows_by_dtype":
-            return {d: [r.as_dict() for r in self.select(primary, d)] for d in self.dtypes[1:]}
-        if key == "checks":
-            return [c.as_dict() for c in self.checks]
-        if key == "shape":
-            return list(primary) if primary else []
-        if key == "dtype":
-            return self.primary_dtype or "float32"
-        if key == "repeats":
-            return max((r.repeats for r in self.select()), default=0)
-        if key == "bandwidth_gbps":
-            return {"read": self.ceilings.get("read_gbps"), "copy": self.ceilings.get("copy_gbps")}
-        if key == "kernels_sha256":
-            return self.sources_sha256
-        return getattr(self, key)
-
-    def get(self, key: str, default=None):
-        try:
-            return self[key]
-        except KeyError:
-            return default
+def older_format_keys(data: dict) -> list[str]:
+    """The keys of :data:`OLDER_FORMAT_KEYS` that the section dict ``data`` holds ([]: not the older format)."""
+    return [k for k in OLDER_FORMAT_KEYS if k in data]
 
 
 @dataclass
@@ -243,13 +217,12 @@ class SweepLine:
     points: list[SweepPoint] = field(default_factory=list)
 
 
-def _row(data, legacy: dict, device: str) -> BenchRow:
+def _row(data, device: str) -> BenchRow:
     if isinstance(data, BenchRow):
         return data
     if not isinstance(data, dict):
         raise ValueError(f"a bench row is a dict of BenchRow's fields; got {data!r:.80}")
     values = {k: v for k, v in data.items() if k in _ROW_FIELDS}
-    values.update({k: v for k, v in legacy.items() if not values.get(k)})
     missing = [f for f in _ROW_REQUIRED if f not in values]
     if missing:
         raise ValueError(f"a bench row lacks {', '.join(missing)} (a row holds BenchRow's fields)")
@@ -260,7 +233,7 @@ def _row(data, legacy: dict, device: str) -> BenchRow:
     return row
 
 
-def _check(data, legacy: dict) -> CheckResult:
+def _check(data) -> CheckResult:
     if isinstance(data, CheckResult):
         return data
     if not isinstance(data, dict):
@@ -269,7 +242,6 @@ def _check(data, legacy: dict) -> CheckResult:
     missing = [f for f in _CHECK_REQUIRED if f not in values]
     if missing:
         raise ValueError(f"a check lacks {', '.join(missing)} (a check holds CheckResult's fields)")
-    values.update({k: legacy[k] for k in ("date", "sources_sha256") if not values.get(k)})
     values["shape"] = tuple(values.get("shape", ()))
     return CheckResult(**values)
 

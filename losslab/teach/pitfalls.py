@@ -27,6 +27,7 @@ import datetime as dt
 import html
 import io
 import json
+import math
 import re
 import subprocess
 import sys
@@ -139,7 +140,8 @@ PITFALLS = (
     Pitfall("bank_conflicts", KL_DIV, "Shared-memory bank conflicts",
             "shared_memory's store of each thread's sum into a permuted slot, lanes 8 floats apart (4 banks)",
             "right values; each warp's store replayed 8 times: about 7 conflicts per warp and row in the "
-            "st counter, ~0 for the rung; too few stores (one per thread per row) to move the time",
+            "st counter, 56 a row more than the shipped rung's own count (which is not zero); too few stores "
+            "(one per thread per row) to move the time",
             caught_by="Nsight Compute: l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum (ld.sum for loads)",
             probe="bank", cuda=True),
 )
@@ -493,16 +495,22 @@ def banner(rec: dict | None) -> str:
                 "Run `python -m losslab pitfalls --record` on a GPU machine and commit "
                 "reports/results/pitfalls/<device>.json.")
     source = "LIVE (measured now)" if rec.get("live") else "RECORDED (not measured now)"
-    fresh = ("matches pitfalls/" if rec["sources_sha256"] == sources_sha256()
-             else "does NOT match pitfalls/ (they changed since; record again)")
+    # the hash covers pitfalls/, the code that builds and runs them and every problem's measured
+    # sources: a mismatch says one of them changed, not which (the record keeps one hash)
+    fresh = ("matches the sources now" if rec["sources_sha256"] == sources_sha256()
+             else "does NOT match the sources now: pitfalls/, the code that runs them, or the shipped kernels "
+                  "and host code they build on changed since, so these outcomes come from older sources; "
+                  "record again on a GPU machine (python -m losslab pitfalls --record)")
     return (f"{source} outcomes on {rec['device']}, {rec['date']} (torch {rec['torch']}, CUDA {rec['cuda']}); "
             f"sources sha256 {rec['sources_sha256'][:12]} {fresh}.")
 
 
 def _determinism_text(probe: dict) -> str:
     shape = "x".join(map(str, probe["shape"]))
-    return (f"{probe['runs']} forwards at {shape}: {probe['distinct_losses']} distinct loss value(s), "
-            f"from {probe['min']!r} to {probe['max']!r}")
+    head = f"{probe['runs']} forwards at {shape}: {probe['distinct_losses']} distinct loss value(s)"
+    if any(math.isnan(probe[k]) for k in ("min", "max")):  # a NaN among them leaves no range to state
+        return head + ", NaN among them (no finite range recorded)"
+    return head + f", from {probe['min']!r} to {probe['max']!r}"
 
 
 def _timeline_text(probe: dict) -> str:
@@ -545,7 +553,11 @@ def _bank_text(probe: dict) -> str:
             parts.append(f"{label}: {values['error']}")
             continue
         ld, st = (values.get(m, float("nan")) for m in BANK_METRICS)
-        parts.append(f"{label}: {st:g} store / {ld:g} load conflicts")
+        per_row = st / probe["shape"][0]
+        parts.append(f"{label}: {st:g} store / {ld:g} load conflicts ({per_row:.1f} store conflicts a row)")
+    stores = [probe.get(label, {}).get(BANK_METRICS[1]) for label in ("pitfall", "reference")]
+    if None not in stores:  # the prediction is a difference: 7 extra passes for each of a row's 8 warps
+        parts.append(f"the pitfall's extra: {(stores[0] - stores[1]) / probe['shape'][0]:.1f} a row (predicted 56)")
     return f"ncu bank conflicts at {'x'.join(map(str, probe['shape']))}: " + "; ".join(parts)
 
 
@@ -586,15 +598,21 @@ def outcome_table(rec: dict | None) -> str:
             body.append([html.escape(p.title), "not recorded yet", "", "", ""])
             plain.append(f"{p.key}: not recorded yet (python -m losslab pitfalls --record on a GPU)")
             continue
-        checks = f"{o['failed']} of {len(o['checks'])} failed"
+        checks = f"{o['failed']} of {len(o['checks'])} failed" if o["checks"] else "none recorded (a fault)"
         probe = _probe_text(p.key, o.get("probe"))
-        body.append([html.escape(p.title), checks, f"{o['worst_forward_error']:.3g}",
+        body.append([html.escape(p.title), checks, _worst(o),
                      html.escape(o["first_failure"] or "none"), html.escape(probe)])
-        plain.append(f"{p.key}: {checks}; worst forward error {o['worst_forward_error']:.3g}; "
+        plain.append(f"{p.key}: {checks}; worst forward error {_worst(o)}; "
                      f"{o['first_failure'] or 'no failure'}{'; ' + probe if probe else ''}")
     caption = html.escape(banner(rec))
     return Html(html_table(["pitfall", "checks", "worst forward rel. error", "first failure", "probe"], body, caption,
                        text_columns=5), plain="\n".join([banner(rec), *plain]))
+
+
+def _worst(o: dict) -> str:
+    """The worst forward error of an outcome, or "-" where no forward check completed."""
+    value = o["worst_forward_error"]
+    return "-" if value is None or math.isnan(value) else f"{value:.3g}"
 
 
 def outcome(rec: dict | None, key: str) -> str:
@@ -605,8 +623,11 @@ def outcome(rec: dict | None, key: str) -> str:
         text = ("Not recorded yet: no GPU run has measured this pitfall (python -m losslab pitfalls --record "
                 "on a GPU machine records it); the symptom above is the prediction only.")
         return Html(f'<p style="color:#a40">{html.escape(text)}</p>', plain=text)
-    lines = [f"{o['failed']} of {len(o['checks'])} checks failed; worst forward relative error "
-             f"{o['worst_forward_error']:.3g}", f"first failure: {o['first_failure'] or 'none'}"]
+    if o["checks"]:
+        lines = [f"{o['failed']} of {len(o['checks'])} checks failed; worst forward relative error {_worst(o)}",
+                 f"first failure: {o['first_failure'] or 'none'}"]
+    else:  # the child stopped before a check completed: its fault is the outcome, there is no error to state
+        lines = [f"no check recorded: the child process faulted before it could return them ({o['first_failure']})"]
     for c in [c for c in o["checks"] if not c["passed"]][:6]:
         lines.append(f"  FAIL {c['direction']:<8} {c['case'][:50]:<50} error {c['error']:.3g}  {c['detail']}".rstrip())
     if o.get("probe"):

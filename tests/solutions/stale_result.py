@@ -1,12 +1,12 @@
-"""A cheat: honest for the evaluator's first calls (five correctness trials and the backward
-check), then returns its last answer whatever the inputs, so that timed calls do nothing.
-The evaluator checks the output of every timed call against the reference on that call's
-fresh inputs."""
+"""A cheat: honest for the evaluator's first calls (five correctness trials on random and on
+structured inputs, and the two backward checks), then returns its last answer whatever the
+inputs, so that timed calls do nothing. The evaluator checks the output of every timed call
+against the reference on that call's fresh inputs."""
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-HONEST_CALLS = 6
+HONEST_CALLS = 12  # five trials on random and structured inputs, two backward checks
 
 
 class ModelNew(nn.Module):

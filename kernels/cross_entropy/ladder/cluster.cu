@@ -1,45 +1,50 @@
 // cluster: fused re-reads each row for its gradient, from L1/L2 while rows are short,
 // but a row too long to stay cached (1 MiB at C = 262144) comes from DRAM twice. Here
-// a thread-block cluster of CLUSTER CTAs (sm_90) shares a row: each CTA copies its
-// slice into shared memory once, the CTAs combine their (max, sum) through distributed
-// shared memory (cluster.map_shared_rank between two cluster.sync()), and each writes
-// its slice's gradient from shared memory: one DRAM read of the row, at any length.
-// Where clusters are unavailable (before sm_90) or a slice outgrows a CTA's shared
-// memory (rows over about 1.8 MB), the launcher runs fused's instead.
-// not faster: forward, forward_backward (at the seed, 2 KiB a CTA, the cluster's
-//   barriers cost more than they save; it is for long rows, e.g. 2048 x 262144)
-// diff bound: 60 lines (the cluster's launch, the slice in shared memory, the exchange)
+// a thread-block cluster of K CTAs (sm_90) shares a row: each CTA copies its slice into
+// shared memory once, the CTAs swap their (max, sum) through distributed shared memory,
+// and each writes its slice's gradient from shared memory: one DRAM read of the row.
+// K = the row's bytes / 64 KiB, rounded up, from 2 to 16 (over 8 a non-portable size):
+// three 64 KiB slices an SM, one CTA's loads overlapping another's stores. The swap is
+// st.async into every CTA's shared memory, counted on the receiver's mbarrier: no
+// cluster.sync(), whose release is a MEMBAR.ALL.GPU (a wait on the whole GPU's memory).
+// fused's launcher takes rows up to 32 KiB (its second read hits L2: 8 blocks an SM hold
+// 33 MiB), rows off a 16-byte boundary, and where no such cluster fits (before sm_90).
+// not faster: forward, forward_backward (at the seed, 16 KiB rows, it is fused's launcher)
+// faster at: 2048 x 262144, 4096 x 131072 in forward, forward_backward (fused reads each
+//   row twice, the second time from DRAM; here once)
+// diff bound: 80 lines (the cluster's launch and fallback, the slice in shared memory, the swap)
 #include <cooperative_groups.h>
-#include "common/row_split.cuh"
+#include <cuda/ptx>
 #include "common/scale.cuh"
 #include "cross_entropy/cross_entropy.cuh"
 #include "cross_entropy/ladder/ladder.h"
 
 namespace {
 
-constexpr int THREADS = 512;  // long rows leave one CTA an SM: more threads, more loads in flight
-constexpr int CLUSTER = 8;  // CTAs per row (the largest portable cluster)
+namespace ptx = cuda::ptx;
+constexpr int THREADS = 256;
+constexpr int MAX_CLUSTER = 16;                 // sm_90's largest cluster (8: the portable one)
+constexpr int64_t SLICE_BYTES = 64 * 1024;      // a CTA's share of a row, at most while K < 16
+constexpr int64_t FUSED_ROW_BYTES = 32 * 1024;  // rows up to this: fused's launcher
 
-// Two running log-sum-exps as one: the larger max, each sum rescaled to it.
-__device__ __forceinline__ LogSumExp lse_merge(LogSumExp a, LogSumExp b) {
-    const float m = fmaxf(a.max, b.max);
-    return {m, a.sum * expf(a.max - m) + b.sum * expf(b.max - m)};
-}
-
-// The block's (max, sum), every thread getting it: five butterfly exchanges
-// combine a warp's 32 lanes (every lane ends with the warp's), then each warp's
-// lane 0 writes one shared slot, and after one barrier every thread adds the slots.
+// The block's (max, sum), every thread getting it, in two rounds of five butterfly
+// exchanges (a warp's 32 lanes combined in registers, every lane getting the warp's)
+// and one shared slot per warp, a barrier, every thread adding the slots: the block's
+// max first, then each thread's sum rescaled to it (one expf a thread) and summed.
 __device__ __forceinline__ LogSumExp block_logsumexp(LogSumExp lse) {
     __shared__ float warp_max[THREADS / 32], warp_sum[THREADS / 32];
+    float m = lse.max;
     for (int lanes = 16; lanes > 0; lanes /= 2)  // the partner: this lane's index xor 16, 8, 4, 2, 1
-        lse = lse_merge(lse, {__shfl_xor_sync(FULL_WARP, lse.max, lanes), __shfl_xor_sync(FULL_WARP, lse.sum, lanes)});
-    if (threadIdx.x % 32 == 0) {
-        warp_max[threadIdx.x / 32] = lse.max;
-        warp_sum[threadIdx.x / 32] = lse.sum;
-    }
+        m = fmaxf(m, __shfl_xor_sync(FULL_WARP, m, lanes));
+    if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = m;
     __syncthreads();
     LogSumExp block;
-    for (int w = 0; w < THREADS / 32; ++w) block = lse_merge(block, {warp_max[w], warp_sum[w]});
+    for (int w = 0; w < THREADS / 32; ++w) block.max = fmaxf(block.max, warp_max[w]);
+    float s = lse.sum * expf(lse.max - block.max);  // NaN stays NaN: it never raised a max
+    for (int lanes = 16; lanes > 0; lanes /= 2) s += __shfl_xor_sync(FULL_WARP, s, lanes);
+    if (threadIdx.x % 32 == 0) warp_sum[threadIdx.x / 32] = s;
+    __syncthreads();
+    for (int w = 0; w < THREADS / 32; ++w) block.sum += warp_sum[w];
     return block;
 }
 
@@ -72,46 +77,47 @@ forward_kernel(const float* __restrict__ logits,     // (N, C)
                float* __restrict__ grad_logits,      // (N, C) written: dL/dx for grad_loss = 1
                int64_t N, int64_t C, int slice_packs) {
 #if __CUDA_ARCH__ >= 900  // clusters: sm_90 and newer (elsewhere the launcher runs fused's)
-    extern __shared__ float4 slice[];  // (slice_packs,) this CTA's part of the row
-    __shared__ LogSumExp part;         // this CTA's (max, sum), read by every CTA of the cluster
+    extern __shared__ float4 slice[];      // (slice_packs,) this CTA's part of the row
+    __shared__ float2 parts[MAX_CLUSTER];  // (max, sum) of each CTA of the cluster, by rank, sent by it
+    __shared__ uint64_t landed;            // an mbarrier: its phase completes when the K parts have landed
     const auto cluster = cooperative_groups::this_cluster();
-    const int rank = int(cluster.block_rank());  // 0 to CLUSTER - 1: which slice
-    const int64_t row = blockIdx.x / CLUSTER;    // one cluster per row
-    const int64_t target = targets[row];
+    const int rank = int(cluster.block_rank()), K = int(cluster.num_blocks());  // which slice, of K
+    if (threadIdx.x == 0) {  // expect K parts of 8 bytes; the barrier made visible to the cluster
+        ptx::mbarrier_init(&landed, 1);
+        ptx::mbarrier_arrive_expect_tx(ptx::sem_release, ptx::scope_cta, ptx::space_shared, &landed, 8 * K);
+        ptx::fence_mbarrier_init(ptx::sem_release, ptx::scope_cluster);
+    }
+    ptx::barrier_cluster_arrive(ptx::sem_relaxed);  // this CTA runs, its barrier set (relaxed: no memory fence)
+    const int64_t row = blockIdx.x / K, target = targets[row];  // one cluster per row
     const float scale = row_grad_scale(target, C, 1.0f / float(counts[0]));
     const float* x = logits + row * C;
-    float* g = grad_logits + row * C;
-    const RowSplit s = split_row(C, x, g);  // no packs unless x and g are equally aligned
     const int64_t first = int64_t(rank) * slice_packs;  // this CTA's packs: [first, first + count)
-    const int count = int(max(int64_t(0), min(int64_t(slice_packs), s.packs - first)));
-    const float4* xv = reinterpret_cast<const float4*>(x + s.head) + first;
-    float4* gv = reinterpret_cast<float4*>(g + s.head) + first;
+    const int count = int(max(int64_t(0), min(int64_t(slice_packs), C / 4 - first)));
+    const float4* xv = reinterpret_cast<const float4*>(x) + first;  // rows 16-byte aligned (the launcher)
+    float4* gv = reinterpret_cast<float4*>(grad_logits + row * C) + first;
     // Each thread reads back only the packs it copied: no barrier between the loops.
 #pragma unroll 8
-    for (int64_t k = threadIdx.x; k < count; k += THREADS) slice[k] = xv[k];  // the row's one read from DRAM
+    for (int k = threadIdx.x; k < count; k += THREADS) slice[k] = xv[k];  // the row's one read from DRAM
     LogSumExp lse;
-    for (int64_t k = threadIdx.x; k < count; k += THREADS) lse_add4(lse, slice[k]);
-    if (rank == 0) for (int64_t j = threadIdx.x; j < s.head; j += THREADS) lse_add(lse, x[j]);
-    if (rank == 0) for (int64_t j = s.head + 4 * s.packs + threadIdx.x; j < C; j += THREADS) lse_add(lse, x[j]);
+    for (int k = threadIdx.x; k < count; k += THREADS) lse_add4(lse, slice[k]);
     lse = block_logsumexp(lse);
-    if (threadIdx.x == 0) part = lse;
-    cluster.sync();  // every CTA has written its part (and every CTA of the cluster is running)
-    lse = LogSumExp();  // the row's: CTA r's part read from its shared memory, in rank order in every CTA
-    for (int r = 0; r < CLUSTER; ++r) lse = lse_merge(lse, *cluster.map_shared_rank(&part, r));
-    cluster.sync();  // every CTA has read the parts: none exits while another still reads its part
+    ptx::barrier_cluster_wait();  // every CTA of the cluster runs, its barrier set: it may be sent to
+    if (threadIdx.x < K) ptx::st_async(cluster.map_shared_rank(&parts[rank], threadIdx.x), float2{lse.max, lse.sum},
+                                       cluster.map_shared_rank(&landed, threadIdx.x));  // to CTA threadIdx.x, slot rank
+    while (!ptx::mbarrier_try_wait_parity(ptx::sem_acquire, ptx::scope_cluster, &landed, 0)) {}  // the K parts
+    lse = LogSumExp();  // the row's: the K parts in rank order, the same bits in every CTA
+    for (int r = 0; r < K; ++r) lse.max = fmaxf(lse.max, parts[r].x);
+    for (int r = 0; r < K; ++r) lse.sum += parts[r].y * expf(parts[r].x - lse.max);
     if (rank == 0 && threadIdx.x == 0) store_row(x, target, C, lse, row, row_losses, row_max, row_log_sum);
 
     // The gradient, from the slice in shared memory.
     const float m = lse.max, log_sum = logf(lse.sum);
     auto grad = [&](float v, int64_t j) { return cross_entropy_grad(v, j, target, m, log_sum, scale); };
-#pragma unroll 4
-    for (int64_t k = threadIdx.x; k < count; k += THREADS) {
+    for (int k = threadIdx.x; k < count; k += THREADS) {
         const float4 v = slice[k];
-        const int64_t j = s.head + 4 * (first + k);
+        const int64_t j = 4 * (first + k);
         gv[k] = make_float4(grad(v.x, j), grad(v.y, j + 1), grad(v.z, j + 2), grad(v.w, j + 3));
     }
-    if (rank == 0) for (int64_t j = threadIdx.x; j < s.head; j += THREADS) g[j] = grad(x[j], j);
-    if (rank == 0) for (int64_t j = s.head + 4 * s.packs + threadIdx.x; j < C; j += THREADS) g[j] = grad(x[j], j);
 #endif
 }
 
@@ -124,19 +130,24 @@ cudaError_t cross_entropy_cluster_forward(
     float* row_log_sum, void* loss, void* grad_logits, int64_t N, int64_t C, DType dtype, cudaStream_t stream) {
     if (dtype != DType::float32) return cudaErrorInvalidValue;  // float32 only
     if (grad_logits == nullptr) return cudaErrorInvalidValue;   // training only
-    const int slice_packs = int((C / 4 + CLUSTER - 1) / CLUSTER), bytes = int(sizeof(float4)) * slice_packs;
-    int device = 0, clusters = 0;
-    cudaGetDevice(&device);
-    cudaDeviceGetAttribute(&clusters, cudaDevAttrClusterLaunch, device);  // 1 from sm_90
-    if (!clusters || cudaFuncSetAttribute(forward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes)) {
-        cudaGetLastError();  // clear the refusal (too much shared memory): fused reports its own
+    const int64_t row_bytes = C * int64_t(sizeof(float)), slices = (row_bytes + SLICE_BYTES - 1) / SLICE_BYTES;
+    const int K = int(slices < 2 ? 2 : slices < MAX_CLUSTER ? slices : MAX_CLUSTER);  // CTAs a row (st.async: 2+)
+    const int slice_packs = int((C / 4 + K - 1) / K), bytes = int(sizeof(float4)) * slice_packs;
+    cudaLaunchAttribute cluster_dims = {cudaLaunchAttributeClusterDimension};  // CTAs K * row + rank
+    cluster_dims.val.clusterDim = {unsigned(K), 1, 1};
+    const cudaLaunchConfig_t config = {dim3(N * K), dim3(THREADS), size_t(bytes), stream, &cluster_dims, 1};
+    int clusters = 0;  // how many such clusters the device runs at once: 0 before sm_90, or for too large a slice
+    const bool aligned = (reinterpret_cast<uintptr_t>(logits) | reinterpret_cast<uintptr_t>(grad_logits)) % 16 == 0;
+    if (row_bytes > FUSED_ROW_BYTES && aligned && C % 4 == 0 &&  // 16-byte packs only: no scalar head or tail
+        !cudaFuncSetAttribute(forward_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes) &&
+        !cudaFuncSetAttribute(forward_kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1))  // K over 8
+        cudaOccupancyMaxActiveClusters(&clusters, forward_kernel, &config);
+    if (clusters == 0) {
+        cudaGetLastError();  // clear a refusal (no clusters, too much shared memory): fused reports its own
         return cross_entropy_fused_forward(logits, targets, counts, row_losses, row_max, row_log_sum, loss,
                                            grad_logits, N, C, dtype, stream);
     }
     count_kernel<<<1, 1024, 0, stream>>>(targets, counts, N, C);
-    cudaLaunchAttribute cluster_dims = {cudaLaunchAttributeClusterDimension};  // CTAs CLUSTER * row + rank
-    cluster_dims.val.clusterDim = {CLUSTER, 1, 1};
-    const cudaLaunchConfig_t config = {dim3(N * CLUSTER), dim3(THREADS), size_t(bytes), stream, &cluster_dims, 1};
     cudaLaunchKernelEx(&config, forward_kernel, static_cast<const float*>(logits), targets, counts, row_losses,
                        row_max, row_log_sum, static_cast<float*>(grad_logits), N, C, slice_packs);
     const cudaError_t err = cudaGetLastError();

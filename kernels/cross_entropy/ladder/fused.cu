@@ -15,26 +15,24 @@ namespace {
 
 constexpr int THREADS = 256;
 
-// Two running log-sum-exps as one: the larger max, each sum rescaled to it.
-__device__ __forceinline__ LogSumExp lse_merge(LogSumExp a, LogSumExp b) {
-    const float m = fmaxf(a.max, b.max);
-    return {m, a.sum * expf(a.max - m) + b.sum * expf(b.max - m)};
-}
-
-// The block's (max, sum), every thread getting it: five butterfly exchanges
-// combine a warp's 32 lanes (every lane ends with the warp's), then each warp's
-// lane 0 writes one shared slot, and after one barrier every thread adds the slots.
+// The block's (max, sum), every thread getting it, in two rounds of five butterfly
+// exchanges (a warp's 32 lanes combined in registers, every lane getting the warp's)
+// and one shared slot per warp, a barrier, every thread adding the slots: the block's
+// max first, then each thread's sum rescaled to it (one expf a thread) and summed.
 __device__ __forceinline__ LogSumExp block_logsumexp(LogSumExp lse) {
     __shared__ float warp_max[THREADS / 32], warp_sum[THREADS / 32];
+    float m = lse.max;
     for (int lanes = 16; lanes > 0; lanes /= 2)  // the partner: this lane's index xor 16, 8, 4, 2, 1
-        lse = lse_merge(lse, {__shfl_xor_sync(FULL_WARP, lse.max, lanes), __shfl_xor_sync(FULL_WARP, lse.sum, lanes)});
-    if (threadIdx.x % 32 == 0) {
-        warp_max[threadIdx.x / 32] = lse.max;
-        warp_sum[threadIdx.x / 32] = lse.sum;
-    }
+        m = fmaxf(m, __shfl_xor_sync(FULL_WARP, m, lanes));
+    if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = m;
     __syncthreads();
     LogSumExp block;
-    for (int w = 0; w < THREADS / 32; ++w) block = lse_merge(block, {warp_max[w], warp_sum[w]});
+    for (int w = 0; w < THREADS / 32; ++w) block.max = fmaxf(block.max, warp_max[w]);
+    float s = lse.sum * expf(lse.max - block.max);  // NaN stays NaN: it never raised a max
+    for (int lanes = 16; lanes > 0; lanes /= 2) s += __shfl_xor_sync(FULL_WARP, s, lanes);
+    if (threadIdx.x % 32 == 0) warp_sum[threadIdx.x / 32] = s;
+    __syncthreads();
+    for (int w = 0; w < THREADS / 32; ++w) block.sum += warp_sum[w];
     return block;
 }
 

@@ -1,10 +1,12 @@
 // warp_shuffle: shared_memory's tree took eight barrier-separated steps, most
-// threads idle at each. Here the 32 lanes of a warp combine their (max, sum) in
-// registers with five __shfl_xor_sync butterflies (no shared memory, no barrier),
-// then one shared slot per warp and a single barrier finish the block. The
-// backward has nothing to reduce: it is shared_memory's.
-// not faster: forward, forward_backward (at the seed both forwards stream DRAM at the
-//   same pace, the reduction hidden behind other blocks' loads; it shows on short rows)
+// threads idle at each. Here the 32 lanes of a warp combine in registers with five
+// __shfl_xor_sync butterflies (no shared memory, no barrier), then one shared slot
+// per warp and a barrier finish the block: the max first, then the sums rescaled to
+// it, so a thread takes one expf (merging (max, sum) pairs at every step took 26, as
+// many exps as the row's 16 logits a thread at the seed). The row loop is
+// shared_memory's, line for line. The backward has nothing to reduce: it is shared_memory's.
+// not faster: forward_backward (the backward, shared_memory's own kernel at the DRAM
+//   roof, is 60% of it: the forward's gain of a few microseconds is within the noise)
 #include "cross_entropy/cross_entropy.cuh"
 #include "cross_entropy/ladder/ladder.h"
 
@@ -12,26 +14,24 @@ namespace {
 
 constexpr int THREADS = 256;
 
-// Two running log-sum-exps as one: the larger max, each sum rescaled to it.
-__device__ __forceinline__ LogSumExp lse_merge(LogSumExp a, LogSumExp b) {
-    const float m = fmaxf(a.max, b.max);
-    return {m, a.sum * expf(a.max - m) + b.sum * expf(b.max - m)};
-}
-
-// The block's (max, sum), every thread getting it: five butterfly exchanges
-// combine a warp's 32 lanes (every lane ends with the warp's), then each warp's
-// lane 0 writes one shared slot, and after one barrier every thread adds the slots.
+// The block's (max, sum), every thread getting it, in two rounds of five butterfly
+// exchanges (a warp's 32 lanes combined in registers, every lane getting the warp's)
+// and one shared slot per warp, a barrier, every thread adding the slots: the block's
+// max first, then each thread's sum rescaled to it (one expf a thread) and summed.
 __device__ __forceinline__ LogSumExp block_logsumexp(LogSumExp lse) {
     __shared__ float warp_max[THREADS / 32], warp_sum[THREADS / 32];
+    float m = lse.max;
     for (int lanes = 16; lanes > 0; lanes /= 2)  // the partner: this lane's index xor 16, 8, 4, 2, 1
-        lse = lse_merge(lse, {__shfl_xor_sync(FULL_WARP, lse.max, lanes), __shfl_xor_sync(FULL_WARP, lse.sum, lanes)});
-    if (threadIdx.x % 32 == 0) {
-        warp_max[threadIdx.x / 32] = lse.max;
-        warp_sum[threadIdx.x / 32] = lse.sum;
-    }
+        m = fmaxf(m, __shfl_xor_sync(FULL_WARP, m, lanes));
+    if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = m;
     __syncthreads();
     LogSumExp block;
-    for (int w = 0; w < THREADS / 32; ++w) block = lse_merge(block, {warp_max[w], warp_sum[w]});
+    for (int w = 0; w < THREADS / 32; ++w) block.max = fmaxf(block.max, warp_max[w]);
+    float s = lse.sum * expf(lse.max - block.max);  // NaN stays NaN: it never raised a max
+    for (int lanes = 16; lanes > 0; lanes /= 2) s += __shfl_xor_sync(FULL_WARP, s, lanes);
+    if (threadIdx.x % 32 == 0) warp_sum[threadIdx.x / 32] = s;
+    __syncthreads();
+    for (int w = 0; w < THREADS / 32; ++w) block.sum += warp_sum[w];
     return block;
 }
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from losslab.teach.simulator import build, diagnose
 
@@ -19,8 +20,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("exercise", help=f"exercise key: {', '.join(diagnose.PROBLEM_OF)}")
     parser.add_argument("source", nargs="?", help="a .cu file (default: the exercise's skeleton)")
     args = parser.parse_args(argv)
+    source = None if args.source is None else Path(args.source)  # a path, never CUDA text
+    if source is not None and not source.is_file():
+        what = "a folder" if source.is_dir() else "not a file (no such file)"
+        print(f"error: source: {args.source} is {what}; expected a .cu file", file=sys.stderr)
+        return 2
     try:
-        grade = diagnose.grade_on_cpu(args.exercise, args.source)
+        grade = diagnose.grade_on_cpu(args.exercise, source)
     except (ValueError, build.SimulatorError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

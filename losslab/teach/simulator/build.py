@@ -7,12 +7,16 @@ dynamic shared memory, keeping every newline, so g++'s line numbers are the sour
 ``g++ -x c++ -std=c++17 -include cuda_sim.h -fsanitize=address,undefined -fno-sanitize-recover=all``
 and links it with the simulator, the problem's driver and the support kernels
 (:func:`support_sources`, rewritten the same way, compiled once per content and cached
-under ``$LOSSLAB_CACHE/simulator`` or ``~/.cache/losslab/simulator``). A compile error
-raises :class:`CompileError` whose text names the source by ``label`` with its own line
-numbers.
+under ``$LOSSLAB_CACHE/simulator`` or ``~/.cache/losslab/simulator``, keyed by the files, g++'s
+version and the flags). A compile error raises :class:`CompileError` whose text names the
+source by ``label`` with its own line numbers. Each cache entry is built in a temporary folder
+(``<name>.tmp<pid>-...``) and renamed into place; one left by a killed build is removed by the
+next build, and a cache folder that cannot be written raises :class:`SimulatorError` naming it
+and LOSSLAB_CACHE.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -140,12 +144,28 @@ def cache_root() -> Path:
     return (Path(base) if base else Path.home() / ".cache" / "losslab") / "simulator"
 
 
+def _unwritable(folder: Path, err: OSError) -> SimulatorError:
+    return SimulatorError(f"the simulator's cache folder {folder} is not writable ({err.strerror or err}); "
+                          "set LOSSLAB_CACHE to a writable folder to move it")
+
+
+@functools.cache
+def _compiler_version() -> str:
+    """``CXX --version`` ("" where it cannot run: the build says so itself)."""
+    try:
+        return subprocess.run([CXX, "--version"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
 def _digest(paths) -> str:
+    """The cache key: the files' paths and contents, the compiler's version and the flags."""
     h = hashlib.sha256()
     for path in sorted(paths):
         h.update(str(path).encode())
         h.update(path.read_bytes())
     h.update(" ".join((CXX, *FLAGS)).encode())
+    h.update(_compiler_version().encode())
     return h.hexdigest()[:16]
 
 
@@ -163,12 +183,31 @@ def _compile(source: Path, obj: Path, include: Path) -> subprocess.CompletedProc
                  "-I", str(HERE), "-I", str(include), "-c", str(source), "-o", str(obj)])
 
 
+def _remove_stale(folder: Path) -> None:
+    """Remove the temporary build folders (``<name>.tmp<pid>-...``) of processes that are gone
+    (a build killed before its cleanup ran); a live process's stay."""
+    if not Path("/proc/self").exists():  # no way to tell a live process here
+        return
+    for path in folder.glob("*.tmp*-*"):
+        found = re.search(r"\.tmp(\d+)-", path.name)
+        if found and not Path(f"/proc/{found[1]}").exists():
+            shutil.rmtree(path, ignore_errors=True)
+
+
 def _atomic_dir(final: Path, fill) -> Path:
-    """Build a cache folder in a temporary sibling and move it into place (parallel callers agree)."""
+    """Build a cache folder in a temporary sibling and move it into place (parallel callers agree).
+
+    Raises:
+        SimulatorError: the cache folder cannot be written (naming it and LOSSLAB_CACHE).
+    """
     if final.is_dir():
         return final
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=final.name + ".tmp"))
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        _remove_stale(final.parent)
+        tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f"{final.name}.tmp{os.getpid()}-"))
+    except OSError as err:  # read-only, not ours, or a file where the folder should be
+        raise _unwritable(final.parent, err) from None
     try:
         fill(tmp)
         os.replace(tmp, final)
