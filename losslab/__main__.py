@@ -381,22 +381,42 @@ def cmd_sweep(args) -> int:
     from losslab.measure.ceilings import measure_ceilings
 
     _require_gpu("bench")
+    _require_readable_records(args)
     print("measuring the device's ceilings (bandwidth, FP32 FMA, MUFU) ...", file=sys.stderr, flush=True)
     ceilings = measure_ceilings()
     peers = tuple(p for p in PEERS if not (p == "compile" and args.no_compile))
-    tables = []
+    tables, sections = [], {}
     for name in args.problems:
         shapes = args.shapes or SWEEP_SHAPES[name]
         section = records.measure_sweep(name, shapes, dtypes=args.dtypes, peers=peers, repeats=args.repeats,
                                         ceilings=ceilings)
         tables.append(f"{name} sweep on {section.device} (read {ceilings['read_gbps']:.0f} GB/s, copy "
                       f"{ceilings['copy_gbps']:.0f} GB/s)\n{sweep_table_text(section.rows, section.skipped)}")
-        if not args.no_record:
-            print(f"added to {records.save_section(name, section)}", file=sys.stderr)
+        sections[name] = section
+    _show_then_record(args, tables, sections, replace=False)
+    return 0
+
+
+def _require_readable_records(args) -> None:
+    """Read the records a run will add to before any GPU work: a file that is not a record stops
+    the run now (one line naming it), not after minutes of measuring."""
+    if not args.no_record and not getattr(args, "knobs", None):
+        records.load_records(records.RESULTS_DIR)
+
+
+def _show_then_record(args, tables: list[str], sections: dict, replace: bool) -> None:
+    """Print the tables and write ``--json`` first, then add to the records: what was measured
+    is shown and saved even if writing a record then fails."""
+    print("\n\n".join(tables), flush=True)
+    for name, section in sections.items():
         if args.json:
             args.json.with_suffix(f".{name}.json").write_text(json.dumps(section.as_dict(), indent=1))
-    print("\n\n".join(tables))
-    return 0
+    if getattr(args, "knobs", None):
+        print("launch configurations are not recorded (the record holds the shipped builds)", file=sys.stderr)
+        return
+    for name, section in sections.items() if not args.no_record else ():
+        path = records.save_section(name, section, replace=replace)
+        print(f"{'recorded' if replace else 'added to'} {path}", file=sys.stderr)
 
 
 def cmd_bench(args) -> int:
@@ -410,6 +430,7 @@ def cmd_bench(args) -> int:
     if args.sweep:
         return cmd_sweep(args)
     _require_gpu("bench")
+    _require_readable_records(args)
     for name, shape in shapes.items():
         _check_memory(name, shape, args.dtypes)
     print("measuring the device's ceilings (bandwidth, FP32 FMA, MUFU) ...", file=sys.stderr, flush=True)
@@ -440,16 +461,9 @@ def cmd_bench(args) -> int:
             if section.ncu.status == "ok":
                 tables.append(f"{name}: each rung's counters (ncu, {shapes[name][0]}x{shapes[name][1]} float32)\n"
                               f"{evidence_table_text(section.ncu)}")
-        if args.knobs:
-            print("launch configurations are not recorded (the record holds the shipped builds)", file=sys.stderr)
-        elif not args.no_record:
-            path = records.save_section(name, section, replace=args.replace)
-            print(f"{'recorded' if args.replace else 'added to'} {path}", file=sys.stderr)
-        if args.json:
-            args.json.with_suffix(f".{name}.json").write_text(json.dumps(section.as_dict(), indent=1))
     if len(sections) > 1:
         tables.append(f"best variant against each peer (this run)\n{summary_text(sections)}")
-    print("\n\n".join(tables))
+    _show_then_record(args, tables, sections, replace=args.replace)
     failed = sum(not c.passed for s in sections.values() for c in s.checks)
     if failed:
         print(f"{failed} check(s) failed")

@@ -415,3 +415,34 @@ def test_bench_sweep_times_each_shape_and_writes_the_section(tmp_path, capsys):
     assert code == 0 and "128x4096" in text and "256x8192" in text and "forward_backward" in text
     section = records.Section.from_dict(json.loads(out.with_suffix(".kl_div.json").read_text()))
     assert set(section.shapes) == {(128, 4096), (256, 8192)} and section.dtypes == ["float32", "bfloat16"]
+
+
+# --- a bench run loses nothing to a bad record --------------------------------------------------------
+
+@pytest.mark.parametrize("argv", [["bench", "kl_div"], ["bench", "kl_div", "--sweep"]])
+def test_a_corrupt_record_stops_a_bench_before_any_gpu_work(tmp_path, monkeypatch, capsys, argv):
+    (tmp_path / "nvidia-h100.json").write_text('{"device": "NVIDIA H100", "problems": {"kl_div": {"rows": [')
+    monkeypatch.setattr(records, "RESULTS_DIR", tmp_path)
+    monkeypatch.setattr(cli, "_require_gpu", lambda command: None)
+    monkeypatch.setattr("losslab.measure.ceilings.measure_ceilings", lambda: pytest.fail("measured the device"))
+    code, out, err = run(argv, capsys)
+    assert code == 1 and "nvidia-h100.json" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_failed_save_comes_after_the_tables_and_the_json(tmp_path, monkeypatch, capsys, make_section):
+    monkeypatch.setattr(cli, "_require_gpu", lambda command: None)
+    monkeypatch.setattr(cli, "_check_memory", lambda *args: None)
+    monkeypatch.setattr("losslab.measure.ceilings.measure_ceilings",
+                        lambda: {"read_gbps": 1000.0, "copy_gbps": 900.0})
+    monkeypatch.setattr(records, "measure_section", lambda name, *args, **kwargs: make_section(name))
+
+    def disk_full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(records, "save_section", disk_full)
+    monkeypatch.setattr(records, "load_records", lambda *args: [])
+    with pytest.raises(OSError, match="No space left"):
+        main(["bench", "kl_div", "--no-check", "--json", str(tmp_path / "out.json")])
+    out = capsys.readouterr().out
+    assert "kl_div 16384x16384 float32" in out  # the tables were printed before the save
+    assert json.loads((tmp_path / "out.kl_div.json").read_text())["problem"] == "kl_div"

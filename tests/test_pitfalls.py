@@ -147,7 +147,7 @@ def test_record_round_trip_and_render(tmp_path):
 
 def test_records_stay_out_of_the_bench_records(tmp_path):
     """Pitfall records live in a subfolder, which records.load_records does not read."""
-    records.save_section("kl_div", {"device": "Fixture GPU", "date": "2000-01-01T00:00:00+00:00"}, tmp_path)
+    records.save_section("kl_div", records.Section("kl_div", "Fixture GPU"), tmp_path)
     (tmp_path / "pitfalls").mkdir()
     (tmp_path / "pitfalls" / "fixture-gpu.json").write_text(json.dumps(fixture_record()))
     assert len(records.load_records(tmp_path)) == 1
@@ -384,6 +384,29 @@ def test_recording_a_subset_keeps_the_others_measured_with_the_same_sources(tmp_
     path.write_text(json.dumps({**old, "sources_sha256": "stale"}))
     _, rec = pitfalls.record(["epsilon"], tmp_path, progress=False)
     assert list(rec["outcomes"]) == ["epsilon"]  # other sources: nothing kept
+
+
+def test_a_failed_record_write_leaves_the_old_record(tmp_path, monkeypatch):
+    monkeypatch.setattr(pitfalls, "measure", lambda keys, progress: fixture_record())
+    path = tmp_path / "fixture-gpu.json"
+    path.write_text(json.dumps(fixture_record()))
+    before = path.read_bytes()
+
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(records.files.os, "fsync", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        pitfalls.record(None, tmp_path, progress=False)
+    assert path.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == [path.name]
+
+
+@pytest.mark.parametrize("text", ["", '{"device": "X", "outc', "[]", '{"device": "X"}'])
+def test_a_corrupt_pitfalls_record_is_one_line_naming_the_file(tmp_path, text):
+    (tmp_path / "broken.json").write_text(text)
+    with pytest.raises(records.RecordError) as err:
+        pitfalls.load_record(results_dir=tmp_path)
+    assert str(tmp_path / "broken.json") in str(err.value) and "\n" not in str(err.value)
 
 
 def test_the_tool_runs_launch_one_forward_by_a_valid_command_line(monkeypatch):

@@ -470,17 +470,34 @@ def record(keys: list[str] | None = None, results_dir: Path = RECORDS, progress:
     rec = {**measure(keys, progress), "live": False}
     path = Path(results_dir) / f"{records.device_slug(rec['device'])}.json"
     if keys and path.exists():
-        old = json.loads(path.read_text())
+        old = _read_record(path)
         if old.get("sources_sha256") == rec["sources_sha256"]:
             rec["outcomes"] = {**old.get("outcomes", {}), **rec["outcomes"]}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(rec, indent=1, sort_keys=True) + "\n")
+    records.write_json(path, rec)  # whole or not at all: a failed write leaves the old record
     return path, rec
 
 
+def _read_record(path: Path) -> dict:
+    """One pitfalls record file. Raises records.RecordError (one line naming the file) if it is not one."""
+    try:
+        rec = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise records.RecordError(f"{path}: not a readable pitfalls record ({type(err).__name__}: {err}); "
+                                  "re-record it with `python -m losslab pitfalls --record` or delete the file"
+                                  ) from None
+    if not isinstance(rec, dict) or not {"device", "date", "outcomes"} <= set(rec):
+        raise records.RecordError(f"{path}: not a pitfalls record (expected device, date and outcomes); "
+                                  "re-record it with `python -m losslab pitfalls --record` or delete the file")
+    return rec
+
+
 def load_record(device: str | None = None, results_dir: Path | str = RECORDS) -> dict | None:
-    """The newest pitfalls record (of ``device``, a name or its slug, if given), or None."""
-    found = [json.loads(p.read_text()) for p in sorted(Path(results_dir).glob("*.json"))]
+    """The newest pitfalls record (of ``device``, a name or its slug, if given), or None.
+
+    Raises:
+        records.RecordError: a file there is not a pitfalls record (one line naming it).
+    """
+    found = [_read_record(p) for p in sorted(Path(results_dir).glob("*.json"))]
     if device:
         found = [r for r in found if records.device_slug(r["device"]) == records.device_slug(device)]
     return max(found, key=lambda r: r["date"], default=None)
