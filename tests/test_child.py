@@ -3,8 +3,9 @@ through (``channel``) and runs under (``supervisor``).
 
 cpu tier: what a verbose build prints is captured, the first compiler error is found in
 nvcc's and g++'s output, tensors of any dtype cross the channel bitwise and a forged message
-is refused, a replaced function of torch or time is noticed, the supervisor kills a process
-started in a session of its own; compile tier: the same on a real nvcc failure;
+is refused, a replaced function of torch or time is noticed, the back-to-back calls that the
+parent's clock brackets synchronise after each call, the supervisor kills a process started in
+a session of its own; compile tier: the same on a real nvcc failure;
 gpu tier: timed calls see fresh inputs, and a stale answer in a timed call is caught.
 """
 import os
@@ -157,6 +158,18 @@ def test_the_childs_clocks_were_bound_before_any_solution(monkeypatch):
     monkeypatch.setattr(time, "perf_counter", lambda: 0.0)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
     assert child._perf_counter() > 0 and child._synchronize is synchronize
+
+
+def test_back_to_back_calls_synchronise_after_each_call(monkeypatch):
+    """What the parent's clock brackets besides the timed call: each call, then a device-wide
+    synchronisation (work left on any stream is waited for), no flush, nothing else."""
+    happened = []
+    monkeypatch.setattr(child, "_synchronize", lambda: happened.append("synchronize"))
+    child.back_to_back(lambda *inputs: happened.append(inputs), (1, 2), 3)
+    assert happened == [(1, 2), "synchronize"] * 3
+    happened.clear()
+    child.back_to_back(lambda: happened.append(()), (), 0)
+    assert happened == []
 
 
 # --- compile tier: a real nvcc failure -------------------------------------------------------------

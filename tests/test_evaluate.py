@@ -194,6 +194,7 @@ def test_child_classifies_each_failure(tmp_path, kind):
     if kind == "good":
         assert len(verdict.trials) == 10 and verdict.backward["passed"] and verdict.repeatable
         assert {t["kind"] for t in verdict.trials} == {"random", "structured"}
+        assert all(t["condition"] > 1 for t in verdict.trials) and "condition number" in verdict.format()
     if kind == "wrong_values":
         assert re.match(r"trial 0 \(random inputs, seed \d+\)", verdict.message), verdict.message
     if kind == "raised":
@@ -422,7 +423,9 @@ def test_a_cached_answer_gains_nothing_from_the_timing():
 def test_an_answer_from_one_row_in_eight_fails_at_kernelbench_size(problem):
     """The issue's skipped work: forward only, one row in eight, at the seed size (kl_div 16384 x
     16384, cross_entropy 32768 x 4096). KernelBench's fixed tolerance may pass it on random
-    inputs; losslab's (from the dtype and the reduction length) and the structured inputs do not."""
+    inputs, and so may losslab's for kl_div (its tolerance follows the condition number of the
+    loss, 350 there); the structured inputs do not (off by about 1e-1 against 4e-5 to 8e-5:
+    tests/test_verdict.py)."""
     verdict = evaluate(SOLUTIONS_DIR / "one_row_in_eight.py", problem, repeats=3, compare_compile=False)
     print(verdict.format())
     assert verdict.status == "wrong_values" and verdict.stage == "correctness", verdict.format()

@@ -24,7 +24,10 @@ Defences of the timing (the parent's clock bounds them from below):
   outside the timed region; its output goes back to the parent for checking;
 - every timed call is measured twice: CUDA events on the caller's stream, and the host clock
   around the call and a device-wide synchronisation. Work left running on another stream
-  shows as the difference (``hidden_work``).
+  shows as the difference (``hidden_work``);
+- the command that makes a timed call also makes N back-to-back synchronised calls of the
+  same forward (:func:`back_to_back`), and the parent's clock brackets the command, less the
+  same command with an empty forward (``verdict.parent_clock``).
 """
 from __future__ import annotations
 
@@ -245,6 +248,14 @@ def time_forward(forward: Callable, make_inputs: Callable[[int], tuple], seeds: 
     return times
 
 
+def back_to_back(forward: Callable, inputs: tuple, calls: int) -> None:
+    """``calls`` calls of ``forward(*inputs)``, each followed by a device-wide synchronisation,
+    no flush and no clock: the parent's clock brackets them (``verdict.parent_clock``)."""
+    for _ in range(calls):
+        forward(*inputs)
+        _synchronize()
+
+
 def sync_overhead_ms(flush: torch.Tensor, calls: int = 20) -> float:
     """Median host-clock cost of an empty timed call: what the wall clock adds to any call."""
     small = flush[:1]
@@ -433,14 +444,20 @@ class Session:
             _synchronize()
         return {}, []
 
-    def go(self, shape: list[int]) -> tuple[dict, list]:
-        """The timed call on the prepared inputs (:func:`timed_call`); its output goes back."""
+    def go(self, shape: list[int], calls: int = 0) -> tuple[dict, list]:
+        """The timed call on the prepared inputs (:func:`timed_call`), then ``calls`` back-to-back
+        calls on them (:func:`back_to_back`); the timed call's output goes back. Without prepared
+        inputs, the same with an empty forward: the parent's clock around this command, less
+        that around the empty one, is ``calls + 1`` calls of the answer."""
         # the empty call returns a 0-d tensor too: its reply costs the parent's clock what a loss's does
         forward, inputs = (self.model, self.prepared) if self.prepared is not None else (lambda: self.flush[0], ())
         with torch.no_grad():
             event_ms, wall_ms, output = self.call("timing", timed_call, forward, inputs, self.flush)
-        header = {"event_ms": event_ms, "wall_ms": wall_ms, **_output_header(output)}
-        return header, [output.detach()] if header.get("shape") == shape else []
+            header = {"event_ms": event_ms, "wall_ms": wall_ms, **_output_header(output)}
+            # copied as the timed call left it: a write after it returns (late_write.py) is not seen
+            sent = [output.detach().to("cpu", copy=True)] if header.get("shape") == shape else []
+            self.call("timing", back_to_back, forward, inputs, int(calls))
+        return header, sent
 
 
 def _output_header(value: object) -> dict:
