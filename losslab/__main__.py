@@ -1,24 +1,9 @@
-"""The losslab command line.
+"""The losslab command line: parse, validate, call the package, print.
 
-    python -m losslab list                      problems, variants and sizes
-    python -m losslab check kl_div              every variant against float64, edge cases
-    python -m losslab bench kl_div              check, time, add to the record under reports/results/
-    python -m losslab bench kl_div --ncu        ... and Nsight Compute's counters per rung (DRAM bytes, coalescing, ...)
-    python -m losslab bench --all --sweep       every problem over sizes from 128 rows to LLM-sized, fp32 and bf16
-    python -m losslab bench --all               every problem, then the best variant against each peer
-    python -m losslab bench kl_div --knobs fused:UNROLL=8  a launch configuration beside the default (not recorded)
-    python -m losslab summary                   that summary from the newest recorded results
-    python -m losslab summary --sweep           the sweep's best rung against the peers at every size, per device
-    python -m losslab roofline                  roofline figures (PNG) from the recorded results
-    python -m losslab report                    execute the notebooks headless into reports/
-    python -m losslab export kl_div vectorized  a single-file KernelBench solution (ModelNew) on stdout
-    python -m losslab evaluate solution.py --problem kl_div   judge a ModelNew file (GPU; runs its code)
-    python -m losslab pitfalls --record         run the deliberate mistakes (GPU), record what the checker saw
+Its commands, which of them need a GPU and how a mistake is reported (one line, status 2):
+:data:`USAGE`, which ``python -m losslab --help`` prints.
 
-``check`` and ``bench`` need a CUDA GPU; ``list``, ``summary``, ``roofline`` and ``report`` run
-anywhere (without a GPU the notebooks render the recorded results). Every argument is checked
-before any GPU work starts; a mistake prints one line, ``losslab <command>: <argument>: <what was
-expected>``, and exits with status 2.
+One module: each command is a short function over the package; all share one parser and its argument checks.
 """
 from __future__ import annotations
 
@@ -33,6 +18,27 @@ from losslab import problems, records
 from losslab.measure.peers import PEERS
 from losslab.summary import summary_text, sweep_markdown
 
+USAGE = """\
+    python -m losslab list                      problems, variants and sizes
+    python -m losslab check PROBLEM             every variant against float64, edge cases
+    python -m losslab bench PROBLEM             check, time, add to the record under reports/results/
+    python -m losslab bench PROBLEM --ncu       ... and Nsight Compute's counters per rung (DRAM bytes, coalescing, ...)
+    python -m losslab bench --all --sweep       every problem over sizes from 128 rows to LLM-sized, fp32 and bf16
+    python -m losslab bench --all               every problem, then the best variant against each peer
+    python -m losslab bench PROBLEM --knobs fused:UNROLL=8  a launch configuration beside the default (not recorded)
+    python -m losslab summary                   that summary from the newest recorded results
+    python -m losslab summary --sweep           the sweep's best rung against the peers at every size, per device
+    python -m losslab roofline                  roofline figures (PNG) from the recorded results
+    python -m losslab report                    execute the notebooks headless into reports/
+    python -m losslab export PROBLEM vectorized a single-file KernelBench solution (ModelNew) on stdout
+    python -m losslab evaluate solution.py --problem PROBLEM   judge a ModelNew file (GPU; runs its code)
+    python -m losslab pitfalls --record         run the deliberate mistakes (GPU), record what the checker saw
+
+``check`` and ``bench`` need a CUDA GPU; ``list``, ``summary``, ``roofline`` and ``report`` run
+anywhere (without a GPU the notebooks render the recorded results). Every argument is checked
+before any GPU work starts; a mistake prints one line, ``losslab <command>: <argument>: <what was
+expected>``, and exits with status 2.
+"""
 SIZE_HELP = "a size name of the problem (python -m losslab list) or ROWSxCOLUMNS such as 257x4099"
 
 
@@ -549,7 +555,8 @@ def cmd_pitfalls(args) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     """The command line's parser: one subparser per command, every value checked by its ``type``."""
-    parser = _Parser(prog="losslab", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = _Parser(prog="losslab", description="The losslab command line.\n\n" + USAGE,
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     sub.add_parser("list", help="problems, variants and sizes").set_defaults(fn=cmd_list)
     summary = sub.add_parser("summary", help="best variant of each problem against each peer, from the records")

@@ -10,7 +10,9 @@ deliberately broken copy in a tmp folder (so none of them passes whatever the co
 - every rung's kernel file opens with its idea: a comment naming the rung and what it does;
 - no test module imports another (shared fixtures live in tests/conftest.py);
 - one loss, one package: no string literal names a loss outside its own package
-  (``losslab/problems/<loss>/``) and the registry (``losslab/problems/__init__.py``).
+  (``losslab/problems/<loss>/``) and the registry (``losslab/problems/__init__.py``);
+- every module's docstring says what it is for in at most 10 lines, and a module over 400 lines
+  says why it stays one module (a docstring line starting "One module:").
 """
 from __future__ import annotations
 
@@ -323,6 +325,33 @@ def header_problems(kernels: Path, ladders: dict[str, tuple[str, ...]]) -> list[
     return found
 
 
+MAX_DOCSTRING_LINES = 10  # a module docstring says what the module is for; detail goes to its functions
+LONG_MODULE_LINES = 400  # above this, a module says why it is not split
+ONE_MODULE = "One module:"  # the start of the docstring line that says why
+
+
+def module_docstring_problems(package_dir: Path) -> list[str]:
+    """``path: what is wrong`` for each module under ``package_dir`` without a docstring, with one
+    over :data:`MAX_DOCSTRING_LINES` lines (``ast.get_docstring(..., clean=False)``), or over
+    :data:`LONG_MODULE_LINES` lines without a docstring line starting :data:`ONE_MODULE`."""
+    found = []
+    for path in package_modules(package_dir).values():
+        text = path.read_text()
+        doc = ast.get_docstring(ast.parse(text), clean=False)
+        where = path.relative_to(package_dir.parent).as_posix()
+        if doc is None:
+            found.append(f"{where}: no module docstring (say what the module is for)")
+            continue
+        doc_lines, lines = len(doc.splitlines()), len(text.splitlines())
+        if doc_lines > MAX_DOCSTRING_LINES:
+            found.append(f"{where}: a module docstring of {doc_lines} lines (at most {MAX_DOCSTRING_LINES}: "
+                         "move the detail into the functions' docstrings or docs/architecture.md)")
+        if lines > LONG_MODULE_LINES and not any(line.startswith(ONE_MODULE) for line in doc.splitlines()):
+            found.append(f"{where}: {lines} lines and no docstring line '{ONE_MODULE} <why>' (split it by job, "
+                         "or say why it stays one module)")
+    return found
+
+
 def ladders() -> dict[str, tuple[str, ...]]:
     return {name: tuple(problems.get(name).variants) for name in problems.names()}
 
@@ -441,6 +470,33 @@ def test_no_module_outside_a_loss_package_names_a_loss():
              if f.split(":")[0] not in LOSS_NAMES_STILL_OUTSIDE | set(NAMES_A_LOSS_ON_PURPOSE)]
     assert not found, "a string names a loss outside its package (losslab/problems/<loss>/): pass the Problem " \
                       "object, or move the code into the loss's package:\n" + "\n".join(found)
+
+
+# Modules the docstring rule does not hold yet (issue 24), each with why it was left: the next session
+# that may edit them shortens their docstrings and empties this.
+HASHED = "its bytes are hashed into the recorded GPU results (records.measured_sources): edit it with a re-record"
+IN_PROGRESS = "another engineer was editing losslab/kernelbench/ when the rule came in"
+DOCSTRINGS_NOT_YET_SHORT = {
+    "losslab/ops.py": HASHED,
+    "losslab/problems/cross_entropy/__init__.py": HASHED,
+    "losslab/problems/kl_div/__init__.py": HASHED,
+    "losslab/kernelbench/child.py": IN_PROGRESS,
+    "losslab/kernelbench/evaluate.py": IN_PROGRESS,
+    "losslab/kernelbench/export.py": IN_PROGRESS,
+    "losslab/kernelbench/solution_template.py": IN_PROGRESS,
+    "losslab/kernelbench/supervisor.py": IN_PROGRESS,
+    "losslab/kernelbench/verdict.py": IN_PROGRESS,
+}
+
+
+def test_module_docstrings_are_short_and_long_modules_say_why():
+    found = module_docstring_problems(PACKAGE)
+    assert len(package_modules(PACKAGE)) > 50 and any("losslab/ops.py:" in f for f in found)  # it reads them
+    new = [f for f in found if f.split(":")[0] not in DOCSTRINGS_NOT_YET_SHORT]
+    assert not new, "module docstrings (docs/architecture.md, Folders and modules):\n" + "\n".join(new)
+    done = [path for path in DOCSTRINGS_NOT_YET_SHORT if not any(f.startswith(f"{path}:") for f in found)]
+    assert not done, "these modules now follow the docstring rule: remove them from DOCSTRINGS_NOT_YET_SHORT:\n" \
+                     + "\n".join(done)
 
 
 def test_no_test_module_imports_another():
@@ -569,3 +625,22 @@ def test_test_import_check_fails_on_a_test_importing_another(tmp_path):
     (tests / "test_b.py").write_text("import test_a\nfrom helpers import thing\n")
     assert imports_between_test_modules(tests) == ["tests/test_a.py:5: imports test_b",
                                                    "tests/test_b.py:1: imports test_a"]
+
+
+def test_docstring_check_fails_on_a_broken_copy(package_copy):
+    def new_problems() -> list[str]:
+        return [f for f in module_docstring_problems(package_copy) if f.split(":")[0] not in DOCSTRINGS_NOT_YET_SHORT]
+
+    assert new_problems() == []
+    long_doc = '"""Says what it is for.\n' + "more detail\n" * MAX_DOCSTRING_LINES + '"""\nX = 1\n'
+    (package_copy / "summary.py").write_text(long_doc)
+    (package_copy / "validation.py").write_text("X = 1\n")
+    _append(package_copy / "child_process.py", "Y = 1\n" * LONG_MODULE_LINES)  # long, and says nothing of it
+    says_why = ('"""Says what it is for.\n\nOne module: the why.\n"""\n' + "Y = 1\n" * LONG_MODULE_LINES
+               + '"""' + "\n" * MAX_DOCSTRING_LINES + '"""\n')  # long but says why; a later string is no docstring
+    (package_copy / "build" / "knobs.py").write_text(says_why)
+    found = new_problems()
+    assert [f.split(":")[0] for f in found] == ["losslab/child_process.py", "losslab/summary.py",
+                                                "losslab/validation.py"]
+    assert "no docstring line 'One module: <why>'" in found[0] and "no module docstring" in found[2]
+    assert f"a module docstring of {MAX_DOCSTRING_LINES + 1} lines" in found[1]

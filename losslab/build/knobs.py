@@ -1,20 +1,9 @@
 """Launch knobs: a rung's compile-time launch configuration, declared in its kernel file.
 
-Each rung file ``kernels/<problem>/<rung>.cu`` declares its knobs at the top, one macro each,
-named ``LOSSLAB_<PROBLEM>_<RUNG>_<KNOB>`` (upper case), with its default, what it sets and the
-values offered here::
-
-    #ifndef LOSSLAB_KL_DIV_VECTORIZED_THREADS
-    #define LOSSLAB_KL_DIV_VECTORIZED_THREADS 256  // threads per block: 32 64 128 256 512 1024
-    #endif
-    constexpr int THREADS = LOSSLAB_KL_DIV_VECTORIZED_THREADS;
-    static_assert(..., "LOSSLAB_KL_DIV_VECTORIZED_THREADS: a multiple of 32 from 32 to 1024 (whole warps)");
-
-That declaration is the only list of knobs: :func:`knobs` reads it. The default build defines
-none of the macros, so its kernels are the defaults; ``-D<macro>=<value>``
-(``extension.load_extension(problem, defines=...)``) builds another configuration. The values
-offered are checked here (one line naming the knob and the allowed values); the kernel's
-``static_assert`` states what it needs and guards any value passed to the compiler directly.
+Each rung file declares its knobs at its top, one ``LOSSLAB_<PROBLEM>_<RUNG>_<KNOB>`` macro each
+(:func:`knobs` shows the form); that declaration is the only list of knobs. The default build
+defines none of the macros; ``-D<macro>=<value>`` (``extension.load_extension(problem,
+defines=...)``) builds another configuration, whose values :func:`config` checks first.
 """
 from __future__ import annotations
 
@@ -51,7 +40,19 @@ class Knob:
 
 def knobs(problem: str, rung: str, kernels: Path | None = None) -> tuple[Knob, ...]:
     """The knobs ``kernels/<problem>/<rung>.cu`` declares, in file order; () for a file with none
-    or no such file. ``kernels`` defaults to :data:`KERNELS`."""
+    or no such file. ``kernels`` defaults to :data:`KERNELS`.
+
+    A knob is declared as one macro, named ``LOSSLAB_<PROBLEM>_<RUNG>_<KNOB>`` (upper case), with
+    its default, what it sets and the values offered here::
+
+        #ifndef LOSSLAB_KL_DIV_VECTORIZED_THREADS
+        #define LOSSLAB_KL_DIV_VECTORIZED_THREADS 256  // threads per block: 32 64 128 256 512 1024
+        #endif
+        constexpr int THREADS = LOSSLAB_KL_DIV_VECTORIZED_THREADS;
+        static_assert(..., "LOSSLAB_KL_DIV_VECTORIZED_THREADS: a multiple of 32 from 32 to 1024 (whole warps)");
+
+    The values offered are checked by :func:`config`; the kernel's ``static_assert`` states what
+    it needs and guards any value passed to the compiler directly."""
     path = (kernels or KERNELS) / problem / f"{rung}.cu"
     if not path.is_file():
         return ()

@@ -356,7 +356,9 @@ def _backward(child: Child, plan: Plan, result: dict) -> None:
                        f"float64 reference {loss['reference']:.8g} by {loss['rel_error_fp64']:.3g} (relative; "
                        f"at most {loss['tolerance']:.2g})")
         _, grad64 = plan.spec.reference_float64(*inputs)
-        tolerance = TOLERANCES[plan.dtype][1]
+        # exp(x) has condition number |x|: rounding the logits to the dtype moves an honest kernel's
+        # softmax-based gradient by about u·max|x| (structured inputs reach |x| of 70)
+        tolerance = TOLERANCES[plan.dtype][1] * max(1.0, float(inputs[0].abs().max()))
         if plan.dtype != torch.float32:  # 16-bit: the best a gradient in that dtype can do
             tolerance += relative_error(grad64.to(plan.dtype), grad64)[0]
         error, found = relative_error(tensors[1].to(plan.device), grad64 * GRAD_LOSS)

@@ -1,19 +1,10 @@
 """Device ceilings, measured on the device, and the datasheet figures beside them.
 
-A loss kernel's floor is ``minimum bytes / measured bandwidth``. Ceilings are measured,
-not taken from a datasheet:
-
-- read bandwidth: the best of a large ``torch.sum`` and the two-stream read kernel of
-  ``kernels/ceilings/`` (bytes read / time);
-- copy bandwidth: a large device-to-device copy (bytes read + written) / time;
-- FP32 FMA throughput: ``kernels/ceilings/fma_throughput.cu``, independent chains of
-  dependent FMAs (2 FLOP each) / time;
-- MUFU throughput: the same with ``ex2.approx`` (one special-function op each).
-
+A loss kernel's floor is ``minimum bytes / measured bandwidth``, so ceilings are measured, not
+taken from a datasheet: read and copy bandwidth (:func:`measure_bandwidth_methods`), FP32 FMA
+and MUFU throughput (:func:`measure_compute`), all at once by :func:`measure_ceilings`.
 Datasheet figures (:data:`DATASHEETS`) are kept beside them, labelled as such, with their
-source. They also give the *physical floor* of a row: its minimum bytes at the datasheet's
-peak DRAM bandwidth. No real run can be faster; a time below it is a measurement artifact
-(:func:`physical_floor`).
+source; they give a row's physical floor (:func:`physical_floor`).
 """
 from __future__ import annotations
 
@@ -83,6 +74,7 @@ def bandwidth_kind(bytes_written: int) -> str:
 @dataclass(frozen=True)
 class PhysicalFloor:
     """The least time any implementation can take: minimum bytes at the datasheet's peak bandwidth.
+    No real run can be faster; a time below it is a measurement artifact.
 
     ``ms`` in milliseconds; ``nbytes`` the cost model's minimum bytes; ``sheet`` the datasheet used.
     """
@@ -156,7 +148,9 @@ def measure_compute(repeats: int = 10) -> dict[str, float]:
 
     Returns {"fp32_fma_tflops": TFLOP/s (1e12 FLOP/s, 2 FLOP per FMA),
     "mufu_ex2_tops": 1e12 ex2 operations/s}, from the kernels in
-    ``kernels/ceilings/`` run on every SM at full occupancy (median of ``repeats``).
+    ``kernels/ceilings/`` run on every SM at full occupancy (median of ``repeats``):
+    ``fma_throughput.cu``'s independent chains of dependent FMAs, and the same with
+    ``ex2.approx`` (one special-function op each).
 
     Raises:
         build.BuildError: the ceilings kernels cannot be built here.

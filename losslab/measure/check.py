@@ -1,17 +1,8 @@
 """Correctness of every variant against a float64 reference.
 
-Each check draws fresh random inputs (the seed is reported, so a failure can be
-replayed), runs the variant's forward and backward through autograd, and
-compares with the reference computed in float64:
-
-* loss: relative error |loss - loss64| / |loss64| <= the loss tolerance of the
-  inputs' dtype (absolute error where loss64 == 0); the output must have the
-  reference's shape (0-d);
-* gradient: ||g - g64|| / ||g64|| <= the gradient tolerance, over the finite elements;
-* inf and NaN must appear exactly where the reference has them;
-* every output element is written: the kernels are run again into buffers
-  poisoned with NaN, and must reproduce the first results bitwise (which also
-  shows the run is deterministic).
+Each check draws fresh random inputs (the seed is reported, so a failure can be replayed), runs
+the variant's forward and backward through autograd, and compares with the reference computed in
+float64, within :data:`TOLERANCES` (what is compared: :func:`check_inputs`).
 """
 from __future__ import annotations
 
@@ -113,7 +104,16 @@ def check_inputs(problem: str, variant, inputs: tuple[torch.Tensor, ...], case: 
     """Check ``variant`` of ``problem`` on the given inputs: forward, backward, written outputs.
 
     ``variant`` is a rung's name or a variant object (see :func:`resolve`).
-    Returns a forward and a backward CheckResult.
+    Returns a forward and a backward CheckResult. Against the float64 reference:
+
+    * loss: relative error |loss - loss64| / |loss64| <= the loss tolerance of the
+      inputs' dtype (absolute error where loss64 == 0); the output must have the
+      reference's shape (0-d);
+    * gradient: ||g - g64|| / ||g64|| <= the gradient tolerance, over the finite elements;
+    * inf and NaN must appear exactly where the reference has them;
+    * every output element is written: the kernels are run again into buffers
+      poisoned with NaN, and must reproduce the first results bitwise (which also
+      shows the run is deterministic).
     """
     spec = problems.get(problem)
     variant, op, launch_forward, launch_backward = resolve(problem, variant)

@@ -1,36 +1,12 @@
 """Nsight Compute: DRAM traffic, and the counters that name each rung's flaw and its fix.
 
-``profile_problem`` runs a child Python process under ``ncu`` that launches each
-implementation's forward, backward and forward+backward once, at one shape in float32, then
-parses ncu's CSV into one typed :class:`Counters` per (implementation, direction), gathered
-in a :class:`Profile` (what ``records.Section.ncu`` holds).
+:func:`profile_problem` runs a child Python process (:func:`main`) under ``ncu`` that launches
+each implementation's forward, backward and forward+backward once, at one shape in float32,
+then parses ncu's CSV into one typed :class:`Counters` per (implementation, direction), gathered
+in a :class:`Profile` (what ``records.Section.ncu`` holds). A missing or refusing ncu, or a
+metric it does not know, never fails the profile: the result says so.
 
-What the counters show (sums over the direction's kernels unless said otherwise):
-
-- coalescing: global load requests and the 32-byte sectors they touch (``sectors_per_request``:
-  4 when a warp reads 32 consecutive floats, 32 when its lanes read 32 different rows), the same
-  for stores, and L2 read sectors;
-- parallelism, of the *main kernel* (the longest one): grid and block size, registers per thread,
-  achieved occupancy, and ``active_sms``: the SMs that had work (SM count x mean / max active
-  cycles per SM);
-- the reduction: barriers (``BAR``) and shuffles (``SHFL``) executed, from the per-opcode SASS
-  counts, and shared-memory load/store instructions;
-- the memory pipe: DRAM bytes read and written, memory and DRAM throughput in % of peak;
-- warp stall reasons of the main kernel (warps stalled per issued instruction, by reason);
-- instructions executed, and instructions per DRAM byte.
-
-Attribution: the child launches a one-thread marker kernel (``torch.cuda._sleep(0)``,
-whose kernel is ATen's ``spin_kernel``) before each (implementation, direction)
-and writes the list of labels in launch order to a file; every kernel between
-two markers belongs to the label of the first. Only the profiled range
-(``cudaProfilerStart``/``Stop``, after a warm-up that builds and compiles
-everything) is measured.
-
-A metric this ncu or GPU does not know never fails the profile: it is left out (by
-``ncu --query-metrics``, or after ncu names it in an error), listed in ``Profile.missing``
-with the reason, and its fields are None. Where ``ncu`` is missing, or refuses (no permission
-for the performance counters: ERR_NVGPUCTRPERM; a library it cannot load), the result says so
-in ``status`` and ``message`` and nothing raises.
+One module: the parent and the child it runs under ncu share the marker protocol and the metric names.
 """
 from __future__ import annotations
 
@@ -180,6 +156,20 @@ class Counters:
     fields (``main_kernel`` and after) are of the longest kernel of the direction. ``stalls``:
     reason -> warps stalled per issued instruction (of the main kernel). ``opcodes``: SASS opcode
     -> warp instructions executed, over all kernels.
+
+    What the counters show (sums over the direction's kernels unless said otherwise):
+
+    - coalescing: global load requests and the 32-byte sectors they touch (``sectors_per_request``:
+      4 when a warp reads 32 consecutive floats, 32 when its lanes read 32 different rows), the same
+      for stores, and L2 read sectors;
+    - parallelism, of the *main kernel* (the longest one): grid and block size, registers per thread,
+      achieved occupancy, and ``active_sms``: the SMs that had work (SM count x mean / max active
+      cycles per SM);
+    - the reduction: barriers (``BAR``) and shuffles (``SHFL``) executed, from the per-opcode SASS
+      counts, and shared-memory load/store instructions;
+    - the memory pipe: DRAM bytes read and written, memory and DRAM throughput in % of peak;
+    - warp stall reasons of the main kernel (warps stalled per issued instruction, by reason);
+    - instructions executed, and instructions per DRAM byte.
     """
 
     implementation: str
@@ -334,6 +324,12 @@ def attribute(kernels: list[dict], labels: list[dict | None], multiprocessors: i
     ``labels[i]`` (implementation, kind, direction) names the kernels after the
     i-th marker; a None label discards its kernels. ``multiprocessors`` (the device's SM
     count) turns active cycles into ``active_sms`` (0: left None).
+
+    The child launches a one-thread marker kernel (``torch.cuda._sleep(0)``, whose kernel is
+    ATen's ``spin_kernel``, :data:`MARKER_KERNEL`) before each (implementation, direction) and
+    writes the list of labels in launch order to a file; every kernel between two markers
+    belongs to the label of the first. Only the profiled range (``cudaProfilerStart``/``Stop``,
+    after a warm-up that builds and compiles everything) is measured.
     """
     groups: list[tuple[dict, list[dict]]] = []
     index, current = -1, None
@@ -446,6 +442,11 @@ def profile_problem(problem: str, shape: tuple[int, int] | None = None, variants
     Returns a :class:`Profile`. Never raises for a missing or refusing ncu, nor for a metric it
     does not know (that one is listed in ``missing``). Up to three runs: a run that fails naming
     metrics is repeated without them; one that fails otherwise, with :data:`NCU_METRICS` only.
+
+    A metric this ncu or GPU does not know is left out (by ``ncu --query-metrics``, or after ncu
+    names it in an error), listed in ``Profile.missing`` with the reason, and its fields are None.
+    Where ``ncu`` is missing, or refuses (no permission for the performance counters:
+    ERR_NVGPUCTRPERM; a library it cannot load), ``status`` and ``message`` say so.
     """
     spec = problems.get(problem)
     shape = tuple(shape or spec.sizes["seed"])

@@ -1,17 +1,8 @@
 """GPU timing: CUDA events around each call with L2 flushed, back to back, host time, peak memory.
 
-Method (after Triton's ``do_bench``): warm-up calls first; then ``repeats`` timed calls, each
-preceded by writing a buffer several times the L2 size, so no input is served from cache, with
-CUDA events around the call alone; the median, with the 10th-90th percentile range as the
-spread. Two more views of the same callable:
-
-- back to back: the same number of calls queued with no flush and no synchronisation between
-  them, one event pair around them all; the GPU time per call when launches overlap, as in a
-  training step (inputs may then sit in L2);
-- host time per call: the wall-clock time ``fn()`` takes to return on the host (launch cost,
-  Python and any host synchronisation inside it), median over the flushed calls.
-
-This module imports nothing else from losslab: the kernel-bench child process uses it too.
+The method is Triton's ``do_bench``'s (:func:`time_cuda` says how each view is measured; the
+measurement protocol in ``docs/architecture.md`` says why). This module imports nothing else
+from losslab: the kernel-bench child process uses it too.
 """
 from __future__ import annotations
 
@@ -88,6 +79,17 @@ def _back_to_back_ms(fn: Callable, setup: Callable | None, calls: int) -> float:
 def time_cuda(fn: Callable, repeats: int = 20, warmup_ms: float = 50.0, flush: torch.Tensor | None = None,
               setup: Callable[[], object] | None = None, back_to_back: bool = True) -> Timing:
     """GPU time of ``fn`` per call (L2 flushed before each), back to back, and on the host.
+
+    After Triton's ``do_bench``: warm-up calls first; then ``repeats`` timed calls, each
+    preceded by writing a buffer several times the L2 size, so no input is served from cache,
+    with CUDA events around the call alone; the median, with the 10th-90th percentile range as
+    the spread. Two more views of the same callable:
+
+    - back to back: the same number of calls queued with no flush and no synchronisation between
+      them, one event pair around them all; the GPU time per call when launches overlap, as in a
+      training step (inputs may then sit in L2);
+    - host time per call: the wall-clock time ``fn()`` takes to return on the host (launch cost,
+      Python and any host synchronisation inside it), median over the flushed calls.
 
     Args:
         fn: the callable timed; ``fn()``, or ``fn(state)`` when ``setup`` is given.

@@ -1,41 +1,13 @@
 """Drop-in ``torch.nn.functional.kl_div`` and ``cross_entropy`` on losslab's fastest rungs.
 
-    >>> import losslab.nn.functional as LF
-    >>> loss = LF.cross_entropy(logits, labels, label_smoothing=0.1)   # as F.cross_entropy
-    >>> loss.backward()
-
-Same signatures, semantics and kinds of error as PyTorch's (checked against it in
-``tests/test_nn.py``), through the ``torch.library`` operators of :mod:`losslab.nn.operators`
-when traced (compile- and graph-capturable; no host synchronisation), and through the same
-kernels without the dispatcher in eager mode, where host time is the cost of a small loss. Which kernels run:
-
-=====================================  =============================================
-cross_entropy's canonical case         the ``cluster`` rung (:mod:`losslab.ops`, its
-(:func:`canonical_case`: (N, C)        operators ``losslab::cross_entropy_cluster_*``
-logits, (N,) int64 indices, mean, no   when traced): a gradient will be needed, one
-weight, ignore_index -100, no          pass writes the loss and the gradient, a row
-smoothing)                             split over a thread-block cluster where it is
-                                       too long for one SM (sm_90), fused's kernels
-                                       elsewhere (``cluster_plan`` says why); else
-                                       vectorized's forward
-a gradient will be needed, reduction   ``fused``: one pass writes the loss and the
-sum/mean/batchmean                     gradient; the backward only scales it
-otherwise (inference, reduction none)  ``vectorized``: forward, and its backward
-=====================================  =============================================
-
-The canonical case returns what the options path would (the 0-d loss in the input's dtype,
-as PyTorch's; NaN for a target out of range or every row ignored; a second backward through
-the forward that wrote the gradient raises the same RuntimeError), from the faster kernels.
-
-Differences from PyTorch, each raised as an error rather than computed differently:
-only CUDA tensors of float32, bfloat16 or float16 (TypeError/ValueError naming the
-argument); no gradient w.r.t. ``target`` (NotImplementedError); no empty tensors
-(ValueError). A class index outside [0, C) that is not ``ignore_index`` makes the loss NaN
-(PyTorch stops with a device-side assert); :func:`losslab.problems.cross_entropy.check_targets`
-raises for it. The math runs in float32 whatever the storage dtype; the loss comes back in
-the input's dtype. ``(N, C, d1, ...)`` inputs are moved to ``(N * d1 * ..., C)``: a
-``permute().contiguous()`` that costs one extra read and write of the logits (and of
-class-probability targets) before the kernel.
+Same signatures, semantics and kinds of error as PyTorch's (checked against it in ``tests/test_nn.py``),
+through the ``torch.library`` operators of :mod:`losslab.nn.operators` when traced (compile- and
+graph-capturable; no host synchronisation), through the same kernels without the dispatcher in eager
+mode (where host time is the cost of a small loss). Which kernels run: :func:`kl_div`, :func:`cross_entropy`.
+Differences from PyTorch, each raised as an error rather than computed differently: only CUDA tensors
+of float32, bfloat16 or float16 (TypeError/ValueError naming the argument); no gradient w.r.t.
+``target`` (NotImplementedError); no empty tensors (ValueError). The math runs in float32 whatever the
+storage dtype; the loss comes back in the input's dtype.
 """
 from __future__ import annotations
 
@@ -116,6 +88,10 @@ def kl_div(input: torch.Tensor, target: torch.Tensor, size_average=None, reduce=
     Returns the loss in ``input``'s dtype (``input``'s broadcast shape for none, else 0-d).
     Raises: as F.kl_div (ValueError for an unknown reduction, RuntimeError for shapes that
     do not broadcast or integer tensors), and see the module docstring.
+
+    Which kernels run: ``fused`` (one pass writes the loss and the gradient; the backward only
+    scales it) when a gradient will be needed and the reduction is sum, mean or batchmean;
+    otherwise (inference, reduction none) ``vectorized``'s forward, and its backward.
     """
     reduction = _reduction_name(size_average, reduce, reduction)
     if reduction == "mean":
@@ -187,6 +163,32 @@ def cross_entropy(input: torch.Tensor, target: torch.Tensor, weight: torch.Tenso
     Raises: as F.cross_entropy (ValueError for an unknown reduction or a batch-size
     mismatch, RuntimeError for other shape, dtype and weight errors), and see the module
     docstring.
+
+    ``loss = LF.cross_entropy(logits, labels, label_smoothing=0.1); loss.backward()``, as
+    F.cross_entropy (``import losslab.nn.functional as LF``). Which kernels run:
+
+    =====================================  =============================================
+    the canonical case                     the ``cluster`` rung (:mod:`losslab.ops`, its
+    (:func:`canonical_case`: (N, C)        operators ``losslab::cross_entropy_cluster_*``
+    logits, (N,) int64 indices, mean, no   when traced): a gradient will be needed, one
+    weight, ignore_index -100, no          pass writes the loss and the gradient, a row
+    smoothing)                             split over a thread-block cluster where it is
+                                           too long for one SM (sm_90), fused's kernels
+                                           elsewhere (``cluster_plan`` says why); else
+                                           vectorized's forward
+    a gradient will be needed, reduction   ``fused``: one pass writes the loss and the
+    sum/mean                               gradient; the backward only scales it
+    otherwise (inference, reduction none)  ``vectorized``: forward, and its backward
+    =====================================  =============================================
+
+    The canonical case returns what the options path would (the 0-d loss in the input's dtype,
+    as PyTorch's; NaN for a target out of range or every row ignored; a second backward through
+    the forward that wrote the gradient raises the same RuntimeError), from the faster kernels.
+    A class index outside [0, C) that is not ``ignore_index`` makes the loss NaN (PyTorch stops
+    with a device-side assert); :func:`losslab.problems.cross_entropy.check_targets` raises for
+    it. ``(N, C, d1, ...)`` inputs are moved to ``(N * d1 * ..., C)``: a ``permute().contiguous()``
+    that costs one extra read and write of the logits (and of class-probability targets) before
+    the kernel.
     """
     reduction = _reduction_name(size_average, reduce, reduction)
     if reduction == "batchmean":

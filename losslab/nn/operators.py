@@ -4,28 +4,9 @@ implementations and autograd (the pattern of :mod:`losslab.ops`), so that
 ``torch.compile(fullgraph=True)`` traces through them and CUDA graphs capture them (no
 operator waits for the host, none mutates its inputs).
 
-``losslab::nn_cross_entropy_forward(input, target?, probs?, weight?, ignore_index, label_smoothing, reduction)``
-    vectorized: the loss ((N,) for none, else 0-d; input's dtype) and the backward's state
-    (row_max, row_log_sum, row_coef (N,) float32, denominators (2,) float32).
-``losslab::nn_cross_entropy_forward_grad(<the same>) -> (loss, grad)``
-    fused (sum, mean): the loss and dL/dinput for grad_loss = 1.
-``losslab::nn_cross_entropy_backward(input, target?, probs?, weight?, <the state>, grad_loss, <the options>)``
-    vectorized's backward: dL/dinput (grad_loss 0-d, or (N,) for none).
-``losslab::nn_kl_div_forward(input, target, int reduction, bool log_target) -> loss``
-``losslab::nn_kl_div_forward_grad(<the same>) -> (loss, grad)``
-``losslab::nn_kl_div_backward(target, grad_loss, int reduction, bool log_target) -> grad``
-
-Inputs are 2-D (N, C) contiguous logits for cross-entropy and any-shape contiguous tensors
-for KL, already checked by :mod:`losslab.nn.functional`. The backward of a ``_forward_grad``
-multiplies the forward's gradient by grad_loss: out of place when traced (AOTAutograd cannot
-partition a backward that mutates a forward output), in place in eager mode (the fused
-rung's scale kernel, which moves no byte when grad_loss is 1), once per forward.
-
-The canonical cross-entropy (class indices, mean, no weight, ignore_index -100, no smoothing)
-has no operator here: :func:`cross_entropy_canonical` runs the ``cluster`` rung of
-:mod:`losslab.ops` (its operators ``losslab::cross_entropy_cluster_forward`` / ``_forward_grad``
-/ ``_backward`` when traced, their kernels in eager mode), the fastest kernels losslab has for
-it, with the same autograd rules (its backward scales in place, once per forward, in eager mode).
+Per loss a ``_forward`` (vectorized), a ``_forward_grad`` (fused: the loss and the gradient) and a
+``_backward`` operator, each described beside its definition; in eager mode the same kernels run
+without the dispatcher. The canonical cross-entropy has no operator here: :func:`cross_entropy_canonical`.
 """
 from __future__ import annotations
 
@@ -63,9 +44,13 @@ def _eager(tensor: torch.Tensor) -> bool:
 
 def _scale_grad(ctx, problem: Problem, grad: torch.Tensor, grad_loss: torch.Tensor,
                 scale_in_place=None) -> torch.Tensor:
-    """The forward's gradient times grad_loss (see the module docstring). The fused backward
-    launcher scales in place (``scale_in_place(grad, grad_loss)`` instead, where given: the
-    canonical rung's); it reads none of the inputs before grad_loss (null pointers)."""
+    """The forward's gradient times grad_loss: the backward of a ``_forward_grad`` operator.
+
+    Out of place when traced (AOTAutograd cannot partition a backward that mutates a forward
+    output), in place in eager mode (the fused rung's scale kernel, which moves no byte when
+    grad_loss is 1), once per forward. The fused backward launcher scales in place
+    (``scale_in_place(grad, grad_loss)`` instead, where given: the canonical rung's); it reads
+    none of the inputs before grad_loss (null pointers)."""
     if _eager(grad) and _eager(grad_loss):
         if ctx.scaled:
             raise RuntimeError(f"losslab {problem.name}: backward can run once per forward when the fused kernel "
@@ -82,6 +67,14 @@ def _scale_grad(ctx, problem: Problem, grad: torch.Tensor, grad_loss: torch.Tens
 
 
 # --- cross-entropy ------------------------------------------------------------------------------
+# Inputs are 2-D (N, C) contiguous logits, already checked by losslab.nn.functional.
+# losslab::nn_cross_entropy_forward(input, target?, probs?, weight?, ignore_index, label_smoothing, reduction)
+#     vectorized: the loss ((N,) for none, else 0-d; input's dtype) and the backward's state
+#     (row_max, row_log_sum, row_coef (N,) float32, denominators (2,) float32).
+# losslab::nn_cross_entropy_forward_grad(<the same>) -> (loss, grad)
+#     fused (sum, mean): the loss and dL/dinput for grad_loss = 1.
+# losslab::nn_cross_entropy_backward(input, target?, probs?, weight?, <the state>, grad_loss, <the options>)
+#     vectorized's backward: dL/dinput (grad_loss 0-d, or (N,) for none).
 
 _CE_ARGS = "Tensor input, Tensor? target, Tensor? probs, Tensor? weight, int ignore_index, float label_smoothing, " \
            "int reduction"
@@ -167,6 +160,10 @@ torch.library.register_autograd(ce_forward_grad, _ce_backward_scale, setup_conte
 
 
 # --- KL divergence ------------------------------------------------------------------------------
+# Inputs are any-shape contiguous tensors, already checked by losslab.nn.functional.
+# losslab::nn_kl_div_forward(input, target, int reduction, bool log_target) -> loss       (vectorized)
+# losslab::nn_kl_div_forward_grad(<the same>) -> (loss, grad)                             (fused)
+# losslab::nn_kl_div_backward(target, grad_loss, int reduction, bool log_target) -> grad  (vectorized)
 
 def _kl_loss_fake(input, reduction):
     if reduction == kl_host.REDUCTIONS["none"]:
@@ -334,7 +331,9 @@ def cross_entropy_canonical(fused: bool, needs_grad: bool, input: torch.Tensor, 
     :mod:`losslab.nn.functional`; any strides) on the cluster rung's kernels: its forward that
     writes the gradient when ``fused`` (a gradient will be needed and ``PREFER_FUSED``), else
     vectorized's forward and, when ``needs_grad``, its backward kernel. Traced, through the
-    rung's ``torch.library`` operators. The 0-d loss is in ``input``'s dtype."""
+    rung's ``torch.library`` operators (``losslab::cross_entropy_cluster_forward`` /
+    ``_forward_grad`` / ``_backward``). The 0-d loss is in ``input``'s dtype. The same autograd
+    rules as the operators here: its backward scales in place, once per forward, in eager mode."""
     if torch.compiler.is_compiling():
         return (CANONICAL.forward_grad if fused else CANONICAL.forward)(input, target)[0]
     if fused:

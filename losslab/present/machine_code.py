@@ -2,14 +2,8 @@
 SASS instructions that carry a rung's idea (``LDG.E`` vs ``LDG.E.128``, ``BAR.SYNC``,
 ``SHFL.BFLY``, ``MUFU.LG2``/``MUFU.EX2``), from ``losslab.build.sass``.
 
-Compiling a rung takes nvcc a few seconds, so results are cached per (problem, rung, arch) under
-the system's temporary folder (``losslab-sass``; TMPDIR moves it), keyed by the hash of the
-sources a measurement depends on (``records.sources_sha256``) and by the compiler (nvcc's path,
-size, modification time and ``--version``, and the flags): a changed kernel or another nvcc is
-compiled again. Entries are written whole (a temporary file renamed into place) and checked
-when read: a truncated or foreign entry is compiled again and replaced. A cache folder that
-cannot be written costs the cache, not the result (one line on stderr says so). Without nvcc
-(or cuobjdump) every function returns None and the tables say so in one line.
+Compiled results are cached (:func:`rung_code` says how). Without nvcc (or cuobjdump) every
+function returns None and the tables say so in one line.
 """
 from __future__ import annotations
 
@@ -158,7 +152,15 @@ def _write_entry(path: Path, kernels: list[KernelCode]) -> None:
 
 def rung_code(problem: str, rung: str, arch: str = "sm_90") -> list[KernelCode] | None:
     """The float32 kernels of ``kernels/<problem>/<rung>.cu`` compiled for ``arch``, or None
-    where nvcc or cuobjdump is missing (cached, see the module docstring).
+    where nvcc or cuobjdump is missing.
+
+    Compiling a rung takes nvcc a few seconds, so results are cached per (problem, rung, arch)
+    under the system's temporary folder (``losslab-sass``; TMPDIR moves it), keyed by the hash of
+    the sources a measurement depends on (``records.sources_sha256``) and by the compiler
+    (:func:`compiler_key`): a changed kernel or another nvcc is compiled again. Entries are
+    written whole (a temporary file renamed into place) and checked when read: a truncated or
+    foreign entry is compiled again and replaced. A cache folder that cannot be written costs
+    the cache, not the result (one line on stderr says so).
 
     Raises:
         ValueError: unknown problem or rung.

@@ -1,17 +1,10 @@
 """The notebooks' parameters, checked before any cell uses them.
 
-Each notebook's first code cell passes every value of its ``parameters`` cell to
-:func:`validate`; a value it cannot take stops the notebook there with one line naming the
-parameter, the value and what is allowed (in Jupyter without a traceback, under papermill as the
-cell's error), instead of a bare KeyError, a silently empty table or a driver error cells later.
-
-    parameters.validate(problem=problem, size=size, variants=variants, device=device, live=live,
-                        results_dir=results_dir)
-
-Run in a notebook kernel, :func:`validate` also refuses a name given with ``papermill -p``
-that the notebook does not take (papermill only warns and injects it), and gives the kernel a
-temporary folder of its own as tempfile's default, removed when the kernel exits: what the
-cells make with tempfile (notebook 07's solution files) no longer piles up in /tmp.
+Each notebook's first code cell passes every value of its ``parameters`` cell to :func:`validate`
+(``parameters.validate(problem=problem, size=size, ..., results_dir=results_dir)``); a value it
+cannot take stops the notebook there with one line naming the parameter, the value and what is
+allowed (in Jupyter without a traceback, under papermill as the cell's error), instead of a bare
+KeyError, a silently empty table or a driver error cells later.
 """
 from __future__ import annotations
 
@@ -220,8 +213,10 @@ def validate(*, default_results_dir: Path | str = records.RESULTS_DIR, **paramet
     None (``reports/results/``; the pitfalls notebook passes its own folder). A ``device`` must
     be the visible GPU or have a record there.
 
-    In a notebook kernel (see the module docstring) a name papermill injected that is not among
-    ``parameters`` is refused, and the kernel gets a temporary folder of its own.
+    Run in a notebook kernel, it also refuses a name given with ``papermill -p`` that the
+    notebook does not take (papermill only warns and injects it), and gives the kernel a
+    temporary folder of its own as tempfile's default, removed when the kernel exits: what the
+    cells make with tempfile (notebook 07's solution files) no longer piles up in /tmp.
 
     Raises:
         ParameterError: the first parameter that holds a value it cannot take, or a name given

@@ -1,18 +1,9 @@
 """The report: every notebook executed headless, exported, and linked from one index page.
 
-``build_report(Path("reports"))`` (``make report``, ``python -m losslab report``)
-writes, for each ``notebooks/*.ipynb``:
-
-    reports/<name>.ipynb               executed by papermill (the venv's ``python3`` kernel)
-    reports/<name>.html                its HTML export (nbconvert)
-    reports/figures/<name>_<n>.png     its n-th PNG output (n from 1)
-
-and ``reports/index.html`` linking them all with the device, date, versions and kernel hash
-of the results each notebook shows (read from the metadata of its
-``present.results.banner`` outputs) and a list of every record under ``reports/results/``.
-Nothing under ``notebooks/`` is written. The report is built in a temporary folder inside
-``reports/`` and moved into place once every notebook has run, index last: a run that is
-interrupted (Ctrl-C) or fails on the way leaves the previous report as it was.
+:func:`build_report` (``make report``, ``python -m losslab report``) writes each notebook executed,
+its HTML export and its figures under ``reports/``, and ``reports/index.html`` linking them all with
+the provenance of the results each notebook shows. Nothing under ``notebooks/`` is written, and a run
+that is interrupted or fails leaves the previous report as it was.
 """
 from __future__ import annotations
 
@@ -184,8 +175,18 @@ def _swap_in(built: Path, output_dir: Path, reports: list[NotebookReport]) -> No
 def build_report(output_dir: Path, parameters: dict | None = None, sources: list[Path] | None = None) -> Path:
     """Execute every notebook (default: all of ``notebooks/``) headless into ``output_dir``,
     export each to HTML, save its figures as PNG and write ``output_dir/index.html``.
-    Prints which notebook runs and how long it took. Everything is built in a temporary
-    folder first and moved into ``output_dir`` at the end (see the module docstring).
+    Prints which notebook runs and how long it took. For each notebook it writes::
+
+        reports/<name>.ipynb               executed by papermill (the venv's ``python3`` kernel)
+        reports/<name>.html                its HTML export (nbconvert)
+        reports/figures/<name>_<n>.png     its n-th PNG output (n from 1)
+
+    and ``reports/index.html`` linking them all with the device, date, versions and kernel hash
+    of the results each notebook shows (read from the metadata of its
+    ``present.results.banner`` outputs) and a list of every record under ``reports/results/``.
+    Everything is built in a temporary folder inside ``output_dir`` and moved into place once
+    every notebook has run, index last: a run that is interrupted (Ctrl-C) or fails on the way
+    leaves the previous report as it was.
 
     Args:
         parameters: passed to each notebook's parameters cell (those it defines), e.g.

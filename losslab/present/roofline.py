@@ -1,18 +1,11 @@
 """The roofline plot: each (implementation, direction) of a recorded or live section against
 the device's ceilings. Plots only: the ceilings are measured by ``losslab.measure.ceilings``.
 
-A loss kernel's floor is ``minimum bytes / measured bandwidth``. Each point sits at its model
-arithmetic intensity (cost-model FLOP / minimum bytes) and its achieved FLOP/s (cost-model FLOP /
-measured median time). Where Nsight Compute ran (``losslab.measure.ncu``), a hollow marker at the
-same height shows the intensity over the DRAM bytes the kernels really moved. A point whose time
-is below the physical floor (minimum bytes at the datasheet's peak bandwidth) is no result: it is
-crossed out in red and the legend says why. A point whose kernels moved almost none of its bytes
-(``evidence.work_elsewhere``: its work was done in another direction) gets no measured-traffic
-point (its intensity over almost no bytes would run off the axis) and is marked and explained.
+Each point sits at its model arithmetic intensity (cost-model FLOP / minimum bytes) and its
+achieved FLOP/s (cost-model FLOP / measured median time); what else is drawn, and how points are
+marked and named: :func:`plot_roofline`.
 
-Every ceiling is named on its line, every point by a label in a column at the right of the axes
-with a thin line to its point, placed so that no two texts overlap (``tests/test_figures.py``
-measures the rendered boxes).
+One module: the roofs, the points and their labels are placed together on one figure, none overlapping.
 """
 from __future__ import annotations
 
@@ -364,6 +357,14 @@ def plot_roofline(sections: records.Section | list[records.Section], directions:
     peers. Each point is named in a column at the right with a line to it. The title names the
     device and each section's date. With ``ax``, draws there (size its figure with
     :func:`figure_size`).
+
+    A point whose time is below the physical floor (minimum bytes at the datasheet's peak
+    bandwidth) is no result: it is crossed out in red and the legend says why. A point whose
+    kernels moved almost none of its bytes (``evidence.work_elsewhere``: its work was done in
+    another direction) gets no measured-traffic point (its intensity over almost no bytes would
+    run off the axis) and is marked and explained. Every ceiling is named on its line and every
+    label placed so that no two texts overlap (``tests/test_figures.py`` measures the rendered
+    boxes).
 
     Returns the matplotlib Figure.
 

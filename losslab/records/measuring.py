@@ -68,6 +68,8 @@ def measure_section(problem: str, size="seed", variants: list | None = None, *, 
                     progress: bool = True) -> Section:
     """Measure ``problem`` now on the current GPU into a live Section (not saved; see :func:`save_section`).
 
+    ``records.measure_section("kl_div", "seed", dtypes=("float32", "bfloat16"))``
+
     Args:
         size: a size name of the problem or a (rows, columns) pair: the bench's shape.
         variants: rung names or variant objects (default the whole ladder); [] times peers only.

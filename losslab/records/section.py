@@ -32,7 +32,11 @@ OLDER_FORMAT_KEYS = ("date", "torch", "cuda", "kernels_sha256", "sources_sha256"
 
 @dataclass
 class Section:
-    """One problem's results on one device (see the module docstring).
+    """One problem's results on one device (see the module docstring), at every size and dtype.
+
+    Each row and check carries what produced it (``date``, ``torch``, ``cuda``,
+    ``sources_sha256``), so rows from several runs live in one section; ``source`` is "live" for
+    a section measured now, "recorded" for one read from a file.
 
     ``ceilings``: what ``ceilings.measure_ceilings`` returned in the newest run ({} if none);
     ``ncu``: the newest ``ncu.profile_problem`` result (a typed ``measure.ncu.Profile``), or None;

@@ -1,8 +1,7 @@
 """What participants do by hand: write their own variants, grade exercises, study mistakes, explore.
 
-- ``custom``       your own CUDA variant of a problem: the launcher contract read from
-                   ``kernels/<problem>/launchers.h``, nvcc errors in your line numbers, the build,
-                   variant objects, checks and bench in a child process, the ``%%losslab_variant`` magic
+- ``custom``       your own CUDA variant of a problem for its launcher contract (``launchers.h``): built,
+                   checked and benched in a child process; the ``%%losslab_variant`` magic
 - ``isolated``     a GPU check in a child process with a time limit: a hang or a fault is a verdict
 - ``exercises``    the graded exercises of notebook 05: a skeleton, a grade, a solution
 - ``pitfalls``     the deliberate mistakes of notebook 06, run through the checker, and their records

@@ -1,26 +1,12 @@
 """Graded exercises that follow the ladder: a skeleton to complete, a grader, a solution.
 
-    from losslab.teach import exercises
-    exercises.task("coalesce")          # what to do, and the skeleton's source
-    exercises.grade("coalesce")         # compile, machine code, run, and what is wrong
-
-Each exercise is a CUDA file under ``exercises/<problem>/`` that compiles but fails until
-its ``FILL ME IN`` is done; its solution is under ``exercises/solutions/<problem>/``. Both
-define the launchers of a custom variant (``losslab.teach.custom``). The five follow the
-ladder, one idea each: coalesce, warp_shuffle, vectorize (kl_div), online_softmax
-(cross_entropy's (max, sum) combine) and fused (kl_div's gradient written in the forward).
-
-A grade always runs the kernel:
-  - on a GPU (``gpu`` None: when one is visible) the checks run forward and backward against
-    float64 in a child process with a time limit (``custom.check``): a hang or a fault (a
-    misaligned float4 load) is a red grade with what happened, and the notebook's CUDA context
-    stays usable. When they fail, the CPU simulator's diagnosis is added, so the grade says
-    what is wrong, not only by how much;
-  - without a GPU the CPU simulator (``losslab.teach.simulator``) runs the kernel on designed
-    inputs and its messages are the grade ("the loss is 256x too large: each thread sums the
-    whole row").
-Machine-code checks explain themselves (which opcodes show the idea, and why an alternative
-is fine), and compile errors get hints for common slips.
+``exercises.task("coalesce")`` says what to do and shows the skeleton; ``exercises.grade("coalesce")``
+compiles it, reads its machine code, runs it (:func:`grade`: on a GPU, else the CPU simulator) and says
+what is wrong. Each exercise is a CUDA file under ``exercises/<problem>/`` that compiles but fails until
+its ``FILL ME IN`` is done; its solution is under ``exercises/solutions/<problem>/``. Both define the
+launchers of a custom variant (``losslab.teach.custom``). The five follow the ladder, one idea each:
+coalesce, warp_shuffle, vectorize (kl_div), online_softmax (cross_entropy's (max, sum) combine) and
+fused (kl_div's gradient written in the forward).
 """
 from __future__ import annotations
 
@@ -323,6 +309,14 @@ def grade(key: str, source: str | None = None, *, solution: bool = False, gpu: b
     simulator's diagnosis added when they fail; without one, on the CPU simulator (``simulate``
     False: skip it). Never raises for a wrong source: a compile error, a hang or a fault is
     part of the grade.
+
+    On a GPU the checks run in a child process with a time limit (``custom.check``): a hang or a
+    fault (a misaligned float4 load) is a red grade with what happened, and the notebook's CUDA
+    context stays usable; the simulator's diagnosis says what is wrong, not only by how much.
+    Without a GPU the simulator (``losslab.teach.simulator``) runs the kernel on designed inputs
+    and its messages are the grade ("the loss is 256x too large: each thread sums the whole
+    row"). Machine-code checks (:class:`SassCheck`) explain themselves: which opcodes show the
+    idea, and why an alternative is fine.
 
     Raises:
         ValueError: unknown exercise.

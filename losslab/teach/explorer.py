@@ -1,33 +1,11 @@
 """The explorer behind ``notebooks/04_explorer.ipynb``: pick a problem, variants, a size and a
 dtype; the cost model, the timing table, the bandwidth chart, the roofline and (``sweep``) the
-problem over several sizes follow.
+problem over several sizes follow, live on a GPU or from the record (:class:`Explorer`).
 
-    ex = Explorer()                                   # live on a GPU, else the recorded results
-    ex.show(Selection("kl_div", ("naive", "vectorized"), "small", "float32"))   # static: papermill
-    ex.show(Selection("kl_div", ("vectorized",), "seed", "bfloat16", sweep=True))  # + time and bandwidth vs size
-    ex.widget(Selection("kl_div", ("naive", "vectorized"), "small", "float32")) # JupyterLab
+    Explorer().show(Selection("kl_div", ("naive", "vectorized"), "small", "float32"))    # static: papermill
+    Explorer().widget(Selection("kl_div", ("naive", "vectorized"), "small", "float32"))  # JupyterLab
 
-Live, each (problem, implementation, shape, dtype, repeats) is measured once
-(``records.measure_section``, no checks) and cached, so changing the selection measures only
-what is new; the cached sections are combined with speedups across them. Without a GPU the
-explorer filters the newest recorded section: at the selected size if the record holds it,
-else at the record's own size; the cost model is drawn at any size, in the selected dtype.
-"x rung below" compares each selected rung with the rung below it in the ladder, which is
-timed (live) or looked up (recorded) even when it is not selected. A sweep shows every size
-the record holds (``bench --sweep`` rows), or live ``bench.SWEEP_SHAPES``, skipping what a
-sweep skips (``bench.hopeless_reason``, memory), drawn by ``charts.sweep_chart``.
-
-Launch knobs: each rung declares its launch configuration (threads per block, loads in flight,
-rows per block, ...) as knobs at the top of its kernel file (``build.knobs``). Live, a
-configuration (``Selection.knobs``; in JupyterLab the knob controls and "build and time") is
-compiled on demand as its own extension, cached by its compiler flags
-(``build.load_extension(defines=...)``), and timed by ``records.measure_section`` through the
-same host code and eager path as the default build (``losslab.variant(..., knobs=...)``), its
-rows labelled ``"vectorized [THREADS=512, UNROLL=4]"`` beside the default rows; "x rung below"
-of such a row is against the rung's default build. Without a GPU the knobs section says what it
-would do and lists the defaults the recorded rows ran, never a number that was not measured. The
-Nsight Compute counters of the selected rungs (forward and backward) come from the record, each
-with what it says (``evidence.counters_table``).
+One module: the selection, what it measures or looks up, and the widget that changes it share one cache.
 """
 from __future__ import annotations
 
@@ -81,7 +59,8 @@ class Selection:
     adds the problem over several sizes (time and fraction of bandwidth against size);
     ``knobs``: launch configurations to build and time beside the default rows (live), as
     (rung, {knob: value}) pairs, e.g. ``[("vectorized", {"THREADS": 128}), ("vectorized",
-    {"THREADS": 512})]`` (stored as tuples)."""
+    {"THREADS": 512})]`` (stored as tuples). E.g. ``Selection("kl_div", ("vectorized",), "seed",
+    "bfloat16", sweep=True)``: time and bandwidth against size too."""
 
     problem: str
     variants: tuple[str, ...]
@@ -108,6 +87,13 @@ class Selection:
 
 class Explorer:
     """Measures (live) or looks up (recorded) the rows a selection needs, caching them.
+
+    ``Explorer()`` is live on a GPU, else shows the recorded results. Live, each (problem,
+    implementation, shape, dtype, repeats) is measured once (``records.measure_section``, no
+    checks) and cached, so changing the selection measures only what is new; the cached sections
+    are combined with speedups across them. Without a GPU the explorer filters the newest recorded
+    section: at the selected size if the record holds it, else at the record's own size; the cost
+    model is drawn at any size, in the selected dtype.
 
     Args:
         live: True measures on the GPU, False shows the record, None: live when a GPU is visible.
@@ -214,7 +200,8 @@ class Explorer:
     def rung_below(self, sel: Selection, section: records.Section | None) -> list[records.BenchRow]:
         """The rows of each selected rung's rung below in the ladder that the selection leaves
         out, at the section's shape and dtype: what "x rung below" divides by. Live, those rungs
-        are measured (once, cached); a rung below without kernels for the dtype is left out."""
+        are measured (once, cached); a rung below without kernels for the dtype is left out.
+        "x rung below" of a launch configuration's row is against the rung's default build."""
         if section is None or not section.rows:
             return []
         spec = problems.get(sel.problem)
@@ -231,8 +218,9 @@ class Explorer:
 
     def sweep_section(self, sel: Selection) -> tuple[records.Section | None, list[bench.Skipped]]:
         """The selected variants and the peers at every size: recorded, every size the record
-        holds; live, each of ``sweep_shapes`` (measured once each, cached), leaving out what a
-        sweep leaves out. Returns the section (None when there is nothing) and what was skipped."""
+        holds (``bench --sweep`` rows); live, each of ``sweep_shapes`` (measured once each, cached),
+        leaving out what a sweep leaves out (``bench.hopeless_reason``, memory); drawn by
+        ``charts.sweep_chart``. Returns the section (None when there is nothing) and what was skipped."""
         if not self.live:
             section = self.recorded(sel.problem)
             if section is None:
@@ -302,7 +290,14 @@ class Explorer:
     def knobs_html(self, sel: Selection) -> Html:
         """The launch knobs of the selected rungs: each knob, what it sets, its default and the
         values offered, then what choosing one does (live) or would do (no GPU; the recorded rows
-        ran the defaults, and the banner-style note says whether the record ran these files)."""
+        ran the defaults, and the banner-style note says whether the record ran these files).
+
+        Live, a configuration (``Selection.knobs``; in JupyterLab the knob controls and "build and
+        time") is compiled on demand as its own extension, cached by its compiler flags
+        (``build.load_extension(defines=...)``), and timed by ``records.measure_section`` through
+        the same host code and eager path as the default build (``losslab.variant(...,
+        knobs=...)``), its rows labelled ``"vectorized [THREADS=512, UNROLL=4]"`` beside the
+        default rows. Without a GPU, never a number that was not measured."""
         declared = [k for v in sel.variants for k in knobs.knobs(sel.problem, v)]
         rows = [[html.escape(k.rung), f"<code>{k.name}</code>", html.escape(k.meaning), str(k.default),
                  " ".join(map(str, k.allowed))] for k in declared]
@@ -336,7 +331,8 @@ class Explorer:
 
     def counters_items(self, sel: Selection) -> list[Html]:
         """The Nsight Compute counters of the selected rungs, forward and backward, from the
-        record (a live session runs no profiler), each with what it says; or one line."""
+        record (a live session runs no profiler), each with what it says
+        (``evidence.counters_table``); or one line."""
         section = self.recorded(sel.problem)
         text = ("Nsight Compute counters of the selected rungs, from the record"
                 + (f" ({section.device}, {section.date})" if section is not None else "")

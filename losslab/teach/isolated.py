@@ -2,18 +2,10 @@
 faults gives a verdict instead of a hung notebook or a dead CUDA context.
 
     outcome = isolated.run("losslab.teach.exercises:checks_in_child", {"key": "vectorize", "source": src})
-    outcome.status        # one of STATUSES
-    print(outcome.format())
+    print(outcome.format())   # outcome.status: one of STATUSES
 
-The parent writes ``{"target": "module:function", "kwargs": {...}}`` to a temporary folder and
-starts ``python -m losslab.teach.isolated CONFIG`` there, in its own session; the child imports
-the target, calls it with the keyword arguments and writes ``{"status": "ok", "value": ...}``
-(the value must be JSON) or, if it raised, the status, the message and the traceback. After
-``timeout_s`` the child's whole process group is killed (by its id): a kernel in an infinite
-loop ends as ``timed_out``. A child that dies without writing (a segfault, an abort) is
-``crashed``, with the tail of its stderr. A CUDA error (misaligned or illegal address, a
-device-side assert) is ``cuda_error``, with a hint. The child inherits the environment and
-the file system: this isolates faults, not untrusted code.
+The child inherits the environment and the file system: this isolates faults, not untrusted
+code. How the parent and the child talk, and each status: :func:`run`.
 """
 from __future__ import annotations
 
@@ -94,6 +86,15 @@ def run(target: str, kwargs: dict | None = None, timeout_s: float = 120.0, *,
         pythonpath: tuple[str, ...] = ()) -> Outcome:
     """Call ``target`` ("package.module:function") with ``kwargs`` (JSON) in a child process.
 
+    The parent writes ``{"target": "module:function", "kwargs": {...}}`` to a temporary folder
+    and starts ``python -m losslab.teach.isolated CONFIG`` there, in its own session; the child
+    (:func:`main`) imports the target, calls it with the keyword arguments and writes
+    ``{"status": "ok", "value": ...}`` (the value must be JSON) or, if it raised, the status, the
+    message and the traceback. After ``timeout_s`` the child's whole process group is killed (by
+    its id): a kernel in an infinite loop ends as ``timed_out``. A child that dies without
+    writing (a segfault, an abort) is ``crashed``, with the tail of its stderr. A CUDA error
+    (misaligned or illegal address, a device-side assert) is ``cuda_error``, with a hint.
+
     Args:
         timeout_s: wall-clock limit in seconds (imports and builds included); then the child's
             process group is killed and the outcome is ``timed_out``.
@@ -139,7 +140,7 @@ def run(target: str, kwargs: dict | None = None, timeout_s: float = 120.0, *,
 
 
 def main(argv: list[str]) -> int:
-    """The child: run the configured target and write its result (see the module docstring)."""
+    """The child: run the configured target and write its result (see :func:`run`)."""
     config = json.loads(Path(argv[0]).read_text())
     result_path = Path(config["result"])
     try:

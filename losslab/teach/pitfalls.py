@@ -1,24 +1,13 @@
 """Classic mistakes in loss kernels, reproduced on purpose and run through the checker.
 
-    python -m losslab pitfalls            # run them here (GPU) and print what the checker saw
-    python -m losslab pitfalls --record   # ... and write reports/results/pitfalls/<device>.json
+``python -m losslab pitfalls [--record]`` runs them here (GPU), prints what the checker saw and, with
+``--record``, writes ``reports/results/pitfalls/<device>.json``. Semantic pitfalls get the loss wrong;
+CUDA pitfalls are the real rung plus one wrong line (marked ``// PITFALL``). Each outcome is measured,
+never assumed: the checks' errors (each pitfall in a child process, so a fault is a verdict), plus the
+measurement each needs (:attr:`Pitfall.probe`). Without a GPU, notebooks show the newest record and say
+where and when it was made, and :func:`simulate` runs the CPU-visible CUDA pitfalls in the CPU simulator.
 
-Two families. Semantic pitfalls get the loss wrong (a direction, a divisor, an epsilon, an
-index width, an order-dependent atomicAdd, a host sync, a shape). CUDA pitfalls are the real
-rung plus one wrong line (marked ``// PITFALL``): a missing ``__syncthreads``, a misaligned
-float4 load, a broken tail, an int32 index past 2^31 elements, shared-memory bank conflicts.
-Each outcome is measured, never assumed: the checks' errors (each pitfall in a child process,
-so a fault is a verdict), plus the measurement each needs (``Pitfall.probe``):
-
-  determinism   the loss of 20 forwards on the same inputs: how many distinct values
-  timeline      host-return vs done with GPU work queued ahead, and the host cost per call
-  racecheck     ``compute-sanitizer --tool racecheck`` on one small forward (hazards found)
-  bank          Nsight Compute's shared-memory bank-conflict counters, pitfall vs the rung
-  large         one forward at 32769 x 65536 (2^31 + 65536 elements) vs the shipped rung,
-                in its own child (a fault is recorded as such)
-
-Without a GPU, notebooks show the newest record and say where and when it was made, and
-:func:`simulate` runs the CPU-visible CUDA pitfalls in the CPU simulator.
+One module: the pitfalls share one record, one runner and one outcome table.
 """
 from __future__ import annotations
 
@@ -66,9 +55,22 @@ class Pitfall:
     """One deliberate mistake: ``key`` names its source ``pitfalls/<problem>/<key>.cu`` (CUDA
     files) or its wrapper class here (``host`` pitfalls); ``mistake`` says what the wrong code
     does, ``symptom`` the symptom predicted, ``caught_by`` what catches it (the checker, the
-    sanitizer, a counter); ``probe`` the extra measurement (module docstring); ``cuda``: a CUDA
+    sanitizer, a counter); ``probe`` the extra measurement (below); ``cuda``: a CUDA
     pitfall (the real rung plus one wrong line) rather than a semantic one; ``simulated_as``:
-    the exercise whose CPU-simulator diagnosis applies ("" where the simulator cannot see it)."""
+    the exercise whose CPU-simulator diagnosis applies ("" where the simulator cannot see it).
+
+    Semantic pitfalls get the loss wrong (a direction, a divisor, an epsilon, an index width, an
+    order-dependent atomicAdd, a host sync, a shape); CUDA pitfalls break one line of a rung (a
+    missing ``__syncthreads``, a misaligned float4 load, a broken tail, an int32 index past 2^31
+    elements, shared-memory bank conflicts). The probes:
+
+      determinism   the loss of 20 forwards on the same inputs: how many distinct values
+      timeline      host-return vs done with GPU work queued ahead, and the host cost per call
+      racecheck     ``compute-sanitizer --tool racecheck`` on one small forward (hazards found)
+      bank          Nsight Compute's shared-memory bank-conflict counters, pitfall vs the rung
+      large         one forward at 32769 x 65536 (2^31 + 65536 elements) vs the shipped rung,
+                    in its own child (a fault is recorded as such)
+    """
 
     key: str
     problem: str

@@ -2,13 +2,12 @@
 
 Every rung of a problem has the same forward and backward signature, declared once in
 ``kernels/<problem>/launchers.h`` as the function types ``<problem>_forward_fn`` and
-``<problem>_backward_fn``. A custom variant defines ``<problem>_custom_forward`` (and
-optionally ``<problem>_custom_backward``) of those types. Everything here derives from
-that declaration: the text shown to the user (:func:`signature`, each parameter with the
-shape its comment gives), the compile-time check that the user's launchers have those
-types, and what the binding binds (``building``: with ``losslab/build/csrc/bind.h``, which
-reads the parameter list from the function's type). The problem's *stages* (its other
-launchers, e.g. cross_entropy's ``valid_mean``) are read the same way.
+``<problem>_backward_fn``; a custom variant defines ``<problem>_custom_forward`` (and optionally
+``<problem>_custom_backward``) of those types. Everything here derives from that declaration: the
+text shown to the user (:func:`signature`), the compile-time check of the user's launchers' types,
+and what the binding binds (``building``, with ``losslab/build/csrc/bind.h``, which reads the
+parameter list from the function's type). The problem's *stages* (its other launchers, e.g.
+cross_entropy's ``valid_mean``) are read the same way.
 """
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The Jupyter cell magic ``%%losslab_variant <problem> <name> [backward rung]``."""
+"""The Jupyter cell magic ``%%losslab_variant <problem> <name> [backward rung]``, which compiles
+the cell into ``<name>``; ``%load_ext losslab.teach.custom`` adds it."""
 from __future__ import annotations
 
 import sys

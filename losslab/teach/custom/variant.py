@@ -119,10 +119,31 @@ def compile_variant(problem: str, name: str, cuda_source: str, *, backward: str 
     """Compile ``cuda_source`` (CUDA C++ defining ``<problem>_custom_forward`` and optionally
     ``<problem>_custom_backward``, see ``signature(problem)``) into a variant called ``name``.
 
-    nvcc checks the source first (seconds); then ``torch.utils.cpp_extension`` builds it with
-    a generated pybind11 binding in the source's own folder and imports it. A second call with
-    the same source reuses the build. No GPU is needed to build; calling the variant needs one
-    (and runs in this process: see ``losslab.teach.isolated`` for a child with a time limit).
+    nvcc checks the source first (seconds: a compile error comes back as a
+    :class:`CustomCompileError` in the source's line numbers); then ``torch.utils.cpp_extension``
+    builds it with a generated pybind11 binding in the source's own folder (``build_dir``) and
+    imports it. A second call with the same source reuses the build. No GPU is needed to build;
+    calling the variant needs one, and runs its kernels in this process: a kernel that faults (an
+    illegal or misaligned address) leaves the process's CUDA context unusable, and one that never
+    ends hangs it. ``check`` and ``evaluate`` run in a child process with a time limit instead
+    (``losslab.teach.isolated``), as the exercises' grades do: a hang or a fault is a verdict.
+
+    What the source defines: ``<problem>_custom_forward`` (and optionally
+    ``<problem>_custom_backward``) with the types every rung of the problem has, declared once
+    in ``kernels/<problem>/launchers.h`` (``<problem>_forward_fn``, ``<problem>_backward_fn``):
+    ``signature(problem)`` prints them with each parameter's shape. Pointers are device pointers
+    to contiguous data; launch on ``stream`` and return ``cudaGetLastError()``. A custom forward
+    never fuses the gradient: its gradient pointer is null. Without a backward, a shipped rung's
+    backward runs on what the forward saved (say which with ``backward=``). The launchers run
+    through the problem's own host code, as a rung's do: one call per forward, which does every
+    stage. For cross_entropy the forward also writes ``counts`` (rows with a valid target,
+    targets out of range) and the loss: after the row kernel, ``cross_entropy_valid_mean``
+    (declared in launchers.h) does both, as the teaching rungs' launchers do. A row whose target
+    is out of range must not be indexed with it (the shipped rungs write NaN for it;
+    ``check_targets`` raises for it). The loss and ``grad_loss`` have the inputs' dtype (float32
+    for a custom variant). ``#include`` works relative to ``kernels/`` (``"common/reduce.cuh"``,
+    ``"kl_div/kl_div.cuh"``, ...); ``kernels/common/*.cu`` and the problem's non-rung files
+    (e.g. ``cross_entropy/valid_mean.cu``) are linked in.
 
     Args:
         backward: see ``check_source``.

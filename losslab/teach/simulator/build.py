@@ -1,18 +1,10 @@
 """Compile CUDA sources for the CPU simulator: a source rewrite, then g++ with sanitizers.
 
-``rewrite(text)`` turns each launch ``k<<<grid, block, smem, stream>>>(args)`` into a call of
-``cuda_sim::launch`` and each ``extern __shared__ T name[];`` into a pointer to the launch's
-dynamic shared memory, keeping every newline, so g++'s line numbers are the source's.
-``build(problem, source, label)`` compiles the rewritten source with
-``g++ -x c++ -std=c++17 -include cuda_sim.h -fsanitize=address,undefined -fno-sanitize-recover=all``
-and links it with the simulator, the problem's driver and the support kernels
-(:func:`support_sources`, rewritten the same way, compiled once per content and cached
-under ``$LOSSLAB_CACHE/simulator`` or ``~/.cache/losslab/simulator``, keyed by the files, g++'s
-version and the flags). A compile error raises :class:`CompileError` whose text names the
-source by ``label`` with its own line numbers. Each cache entry is built in a temporary folder
-(``<name>.tmp<pid>-...``) and renamed into place; one left by a killed build is removed by the
-next build, and a cache folder that cannot be written raises :class:`SimulatorError` naming it
-and LOSSLAB_CACHE.
+:func:`rewrite` turns the CUDA-only syntax (launches, dynamic shared memory) into calls of the
+simulator, keeping every newline so that g++'s line numbers are the source's; :func:`build`
+compiles the rewritten source with ``g++ -x c++ -include cuda_sim.h`` and AddressSanitizer and
+UBSan (:data:`FLAGS`), and links it with the simulator, the problem's driver and the support
+kernels, cached by content under ``$LOSSLAB_CACHE/simulator`` or ``~/.cache/losslab/simulator``.
 """
 from __future__ import annotations
 
@@ -115,7 +107,11 @@ def _register_shared(text: str) -> str:
 
 def rewrite(text: str) -> str:
     """The source with launches, dynamic shared memory and shared arrays rewritten for the
-    simulator; every newline is kept. Raises CompileError for a launch it cannot parse."""
+    simulator; every newline is kept. Raises CompileError for a launch it cannot parse.
+
+    Each launch ``k<<<grid, block, smem, stream>>>(args)`` becomes a call of
+    ``cuda_sim::launch``, each ``extern __shared__ T name[];`` a pointer to the launch's dynamic
+    shared memory."""
     text = _EXTERN_SHARED.sub(lambda m: f"{m[1]}* {m[2]} = reinterpret_cast<{m[1]}*>(::cuda_sim::dynamic_shared());",
                               text)
     text = _register_shared(text)
@@ -249,6 +245,13 @@ def _support(problem: str) -> Path:
 def build(problem: str, source: str, label: str = "source.cu") -> Path:
     """Compile ``source`` (CUDA C++ text) for ``problem`` and link the simulator's driver:
     returns the executable's path (cached by content).
+
+    The support kernels (``support_sources``, rewritten the same way) are compiled once per
+    content and cached, keyed by the files, g++'s version and the flags. A compile error names
+    the source by ``label`` with its own line numbers. Each cache entry is built in a temporary
+    folder (``<name>.tmp<pid>-...``) and renamed into place; one left by a killed build is
+    removed by the next build, and a cache folder that cannot be written raises
+    :class:`SimulatorError` naming it and LOSSLAB_CACHE.
 
     Raises:
         CompileError: g++ rejected the source or the link failed (text with ``label``'s lines).

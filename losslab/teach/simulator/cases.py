@@ -2,19 +2,10 @@
 (kl_div and cross_entropy; ``PROBLEMS`` maps a problem to its :class:`ProblemSpec`).
 
 A :class:`Case` holds the inputs as they lie in memory: flat float32 storage with an offset
-in elements from a 16-byte boundary, so a misaligned view is one case among others.
-
-kl_div's cases (``kl_div_cases()``):
-  - ``standard``: random inputs at 3 x 1000, 2 x 37 (odd width), 1 x 1, a view one element
-    past a boundary (3 x 1000, every row misaligned), predictions and targets at different
-    offsets (no float4 fits both), and targets with exact zeros;
-  - ``probe``: one-hot inputs that measure how many times each element reaches its row's
-    sum. Row r has targets 1 everywhere and predictions 1 except exp(-1) at one element, so
-    every term is 0 except that element's, which is 1: ``rows[r]`` is the *weight* of the
-    element (1 when right). ``probe 60 x 256`` (one element per thread of a 256-thread block;
-    every lane of warp 0 and four lanes of each other warp) shows a reduction's structure;
-    ``probe 37 x 37`` (odd width, rows starting at every alignment) shows which of head,
-    float4 packs and tail each element fell in.
+in elements from a 16-byte boundary, so a misaligned view is one case among others. Standard
+cases are random inputs at awkward shapes and offsets (:func:`kl_div_cases`,
+:func:`cross_entropy_cases`); probes are one-hot inputs that measure how many times each element
+reaches its row's sum (:func:`probe`).
 """
 from __future__ import annotations
 
@@ -72,7 +63,11 @@ PROBE_256 = tuple(range(32)) + tuple(32 * w + lane for w in range(1, 8) for lane
 
 def probe(D: int, positions: tuple[int, ...] | None = None, offset: int = 0) -> Case:
     """The one-hot probe: one row of width D per element of ``positions`` (default: every
-    element), row r hot at ``positions[r]`` (see the module's docstring)."""
+    element), row r hot at ``positions[r]``.
+
+    It measures how many times each element reaches its row's sum. Row r has targets 1
+    everywhere and predictions 1 except exp(-1) at its hot element, so every term is 0 except
+    that element's, which is 1: ``rows[r]`` is the *weight* of the element (1 when right)."""
     positions = tuple(range(D)) if positions is None else positions
     B = len(positions)
     p = np.ones(offset + B * D, np.float32)
@@ -92,7 +87,15 @@ def kl_div_case(name: str, predictions: np.ndarray, targets: np.ndarray, grad_lo
 
 
 def kl_div_cases() -> list[Case]:
-    """kl_div's standard cases then its probes (see the module's docstring)."""
+    """kl_div's standard cases then its probes.
+
+    - standard: random inputs at 3 x 1000, 2 x 37 (odd width), 1 x 1, a view one element past a
+      boundary (3 x 1000, every row misaligned), predictions and targets at different offsets
+      (no float4 fits both), and targets with exact zeros;
+    - probes (:func:`probe`): ``probe 60 x 256`` (one element per thread of a 256-thread block;
+      every lane of warp 0 and four lanes of each other warp) shows a reduction's structure;
+      ``probe 37 x 37`` (odd width, rows starting at every alignment) shows which of head, float4
+      packs and tail each element fell in."""
     zeros = _random("targets with exact zeros (3 x 300)", 3, 300, seed=5)
     zeros.t[::7] = 0.0
     return [

@@ -1,18 +1,10 @@
 """Turn a simulated run into specific feedback: what is wrong and where, without a GPU.
 
-    from losslab.teach.simulator import diagnose
-    grade = diagnose.grade_on_cpu("warp_shuffle", source)   # source: text or path; None: the skeleton
-    grade.passed, grade.messages
+``diagnose.grade_on_cpu("warp_shuffle", source)`` (source: text or path; None: the skeleton) gives
+``grade.passed`` and ``grade.messages``. The messages come from the simulated numbers on designed
+inputs (``cases``) and the faults the simulator reports; how each is read: :func:`grade_on_cpu`.
 
-The messages come from the simulated numbers on designed inputs (``cases``): the ratio of
-the loss to the float64 reference (each thread summing the whole row gives blockDim x),
-and the one-hot probes, which give each element's *weight* in its row's sum (how many
-times it arrived): a weight pattern over a warp's lanes names the missing shuffle offsets,
-one over a row's head, float4 packs and tail names the part that is broken. Faults come
-from the simulator (misaligned float4 loads, out-of-bounds accesses, barrier or shuffle
-divergence, time limit) with the row, thread and line; compile errors get hints for
-common slips. A source that passes is also run with each block's threads in reverse
-order: a loss that changes is a race.
+One module: every message reads the same outcome and references, and the most specific one wins.
 """
 from __future__ import annotations
 
@@ -377,6 +369,16 @@ def _exercise(key: str) -> ExerciseText:
 def grade_on_cpu(key: str, source: str | Path | None = None, *, time_limit: float = 10.0) -> CpuGrade:
     """Grade exercise ``key`` on the CPU simulator: ``source`` is CUDA text or a path
     (None: the skeleton file as it is now). Returns ``CpuGrade(key, passed, messages)``.
+
+    The messages come from the simulated numbers on designed inputs (``cases``): the ratio of
+    the loss to the float64 reference (each thread summing the whole row gives blockDim x),
+    and the one-hot probes, which give each element's *weight* in its row's sum (how many
+    times it arrived): a weight pattern over a warp's lanes names the missing shuffle offsets,
+    one over a row's head, float4 packs and tail names the part that is broken. Faults come
+    from the simulator (misaligned float4 loads, out-of-bounds accesses, barrier or shuffle
+    divergence, time limit) with the row, thread and line; compile errors get hints for
+    common slips (:func:`compile_hints`). A source that passes is also run with each block's
+    threads in reverse order: a loss that changes is a race.
 
     Never raises for a wrong source. Raises:
         ValueError: an exercise the simulator does not know.
