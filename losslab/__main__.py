@@ -33,9 +33,14 @@ USAGE = """\
     python -m losslab export PROBLEM vectorized a single-file KernelBench solution (ModelNew) on stdout
     python -m losslab evaluate solution.py --problem PROBLEM   judge a ModelNew file (GPU; runs its code)
     python -m losslab pitfalls --record         run the deliberate mistakes (GPU), record what the checker saw
+    python -m losslab grade FILE                grade an exercise (exercises/<problem>/<key>.cu): verdict and hint
+    python -m losslab grade --list              the exercises: key, problem, rung, file
 
 ``check`` and ``bench`` need a CUDA GPU; ``list``, ``summary``, ``roofline`` and ``report`` run
-anywhere (without a GPU the notebooks render the recorded results). Every argument is checked
+anywhere (without a GPU the notebooks render the recorded results). ``grade`` runs anywhere (on the
+GPU when one is visible, else on the CPU simulator) in a child process with a time limit
+(``--timeout``); it exits 0 when the exercise is green, 1 when it is not (a file that does not
+compile, crashes or never finishes included). Every argument is checked
 before any GPU work starts; a mistake prints one line, ``losslab <command>: <argument>: <what was
 expected>``, and exits with status 2.
 """
@@ -553,6 +558,42 @@ def cmd_pitfalls(args) -> int:
     return 0
 
 
+def cmd_grade(args) -> int:
+    from losslab import build
+    from losslab.teach import exercises, isolated
+
+    if args.list:
+        rows = [(e.key, e.problem, e.rung, str(e.skeleton.relative_to(build.ROOT))) for e in exercises.EXERCISES]
+        widths = [max(len(row[i]) for row in rows + [("key", "problem", "rung", "file")]) for i in range(3)]
+        for row in [("key", "problem", "rung", "file"), *rows]:
+            print("  ".join(cell.ljust(w) for cell, w in zip(row[:3], widths, strict=True)) + "  " + row[3])
+        return 0
+    if args.file is None:
+        raise UsageError("FILE", "expected an exercise's .cu file (python -m losslab grade --list names them)")
+    try:
+        exercise, solution = (exercises.get(args.exercise), False) if args.exercise else exercises.find(args.file)
+        exercise_file = solution or args.file.resolve() == exercise.skeleton.resolve()
+        source = None if exercise_file else args.file.read_text(errors="replace")
+    except ValueError as err:
+        raise UsageError("FILE" if not args.exercise else "--exercise", str(err).removeprefix("exercise: ")) from None
+    except OSError as err:
+        raise UsageError("FILE", f"cannot read {args.file}: {err.strerror or err}") from None
+    outcome = isolated.run("losslab.teach.exercises:grade_in_child",
+                           {"key": exercise.key, "source": source, "solution": solution}, args.timeout)
+    head = f"{exercise.key} ({exercise.problem}, {exercise.rung} rung) {args.file}"
+    if not outcome.ok:
+        what = "no verdict after" if outcome.status == "timed_out" else "grading stopped:"
+        reason = f"{args.timeout:g} s (killed: an endless loop?)" if outcome.status == "timed_out" else \
+            outcome.message.splitlines()[0] if outcome.message else outcome.status
+        print(f"{head}: RED: {what} {reason}")
+        return 1
+    if args.verbose:
+        print("\n".join(outcome.value["lines"]))
+    print(f"{head}: {outcome.value['verdict']}")
+    print(f"  hint: {outcome.value['hint']}")
+    return 0 if outcome.value["passed"] else 1
+
+
 def _parser() -> argparse.ArgumentParser:
     """The command line's parser: one subparser per command, every value checked by its ``type``."""
     parser = _Parser(prog="losslab", description="The losslab command line.\n\n" + USAGE,
@@ -636,7 +677,7 @@ def _add_output_commands(sub) -> None:
 
 
 def _add_solution_commands(sub) -> None:
-    """export, evaluate and pitfalls."""
+    """export, evaluate, pitfalls and grade."""
     export = sub.add_parser("export", help="write a single-file KernelBench solution (ModelNew) for a variant")
     export.add_argument("problem", type=_problem)
     export.add_argument("variant", help="a variant of the problem (python -m losslab list)")
@@ -665,6 +706,16 @@ def _add_solution_commands(sub) -> None:
     pitfalls.add_argument("--results-dir", type=_output_folder, default=None,
                           help="folder of the records (default: reports/results/pitfalls)")
     pitfalls.set_defaults(fn=cmd_pitfalls)
+
+    grade = sub.add_parser("grade", help="grade an exercise's .cu file: one verdict and a hint, exit 0 when green")
+    grade.add_argument("file", nargs="?", type=Path, default=None,
+                       help="the exercise's file (exercises/<problem>/<key>.cu) or a copy of it")
+    grade.add_argument("--list", action="store_true", help="list the exercises: key, problem, rung, file")
+    grade.add_argument("--exercise", default=None, help="the exercise's key, when the file does not name it")
+    grade.add_argument("--timeout", type=_positive_seconds, default=300.0,
+                       help="seconds for the whole grade (compile included), then RED (default 300)")
+    grade.add_argument("--verbose", "-v", action="store_true", help="also print the whole grade")
+    grade.set_defaults(fn=cmd_grade)
 
 
 VALUE_OPTIONS = ("--size", "--shapes", "--repeats", "--trials", "--timeout", "--min-speedup")

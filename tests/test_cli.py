@@ -446,3 +446,74 @@ def test_a_failed_save_comes_after_the_tables_and_the_json(tmp_path, monkeypatch
     out = capsys.readouterr().out
     assert "kl_div 16384x16384 float32" in out  # the tables were printed before the save
     assert json.loads((tmp_path / "out.kl_div.json").read_text())["problem"] == "kl_div"
+
+
+# --- grade: one verdict and a hint, exit 0 / 1 -----------------------------------------------------------
+
+def test_grade_list_names_every_exercise(capsys):
+    from losslab.teach import exercises
+
+    assert main(["grade", "--list"]) == 0
+    out = capsys.readouterr().out
+    for e in exercises.EXERCISES:
+        assert f"{e.problem}" in out and f"exercises/{e.problem}/{e.key}.cu" in out and e.rung in out
+    assert "python -m losslab grade FILE" in cli.USAGE and "python -m losslab grade --list" in cli.USAGE
+
+
+def test_grade_prints_the_verdict_and_hint_of_the_child(monkeypatch, capsys):
+    from losslab.teach import isolated
+
+    seen = {}
+
+    def fake_run(target, kwargs, timeout_s):
+        seen.update(kwargs, target=target)
+        return isolated.Outcome("ok", {"passed": False, "verdict": "RED: not yet", "hint": "the tail misses",
+                                       "lines": []})
+    monkeypatch.setattr(isolated, "run", fake_run)
+    assert main(["grade", "exercises/kl_div/vectorize.cu"]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out == ["vectorize (kl_div, vectorized rung) exercises/kl_div/vectorize.cu: RED: not yet",
+                   "  hint: the tail misses"]
+    assert seen == {"target": "losslab.teach.exercises:grade_in_child", "key": "vectorize", "source": None,
+                    "solution": False}
+    monkeypatch.setattr(isolated, "run", lambda *a: isolated.Outcome("ok", {"passed": True, "verdict": "GREEN: done",
+                                                                         "hint": "all pass", "lines": []}))
+    assert main(["grade", "exercises/solutions/kl_div/vectorize.cu"]) == 0
+
+
+def test_grade_a_crash_is_one_line_and_red(monkeypatch, capsys):
+    from losslab.teach import isolated
+
+    monkeypatch.setattr(isolated, "run", lambda *a: isolated.Outcome(
+        "crashed", message="the process died (killed by signal 11)", detail="Traceback ...\nboom"))
+    assert main(["grade", "exercises/kl_div/coalesce.cu"]) == 1
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and "RED: grading stopped: the process died" in out and "Traceback" not in out
+
+
+def test_grade_a_hang_is_killed_at_the_time_limit(capsys):
+    """A real child: it cannot even import in 0.3 s, so it stands for a kernel that never finishes."""
+    assert main(["grade", "exercises/kl_div/coalesce.cu", "--timeout", "0.3"]) == 1
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and "RED: no verdict after 0.3 s" in out
+
+
+def test_grade_a_file_that_is_no_exercise_is_one_line(tmp_path, capsys):
+    other = tmp_path / "notes.cu"
+    other.write_text("int main() {}\n")
+    assert main(["grade", str(other)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("losslab grade: FILE: ") and "is not an exercise" in err and err.count("\n") == 1
+    assert main(["grade", str(tmp_path / "missing.cu")]) == 2
+    assert "cannot read" in capsys.readouterr().err
+    assert main(["grade"]) == 2
+    assert "expected an exercise's .cu file" in capsys.readouterr().err
+
+
+def test_grade_an_emptied_exercise_file_is_red_not_a_traceback(tmp_path, capsys):
+    """End to end in the child (no nvcc needed: an empty file is graded before the build)."""
+    empty = tmp_path / "empty.cu"
+    empty.write_text("")
+    assert main(["grade", str(empty), "--exercise", "fused"]) == 1
+    out = capsys.readouterr().out
+    assert "fused (kl_div, fused rung)" in out and "RED: not yet" in out and "hint: the file is empty" in out

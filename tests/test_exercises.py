@@ -235,3 +235,36 @@ def test_the_simulator_knows_every_exercise_and_its_problem():
     from losslab.teach.simulator import diagnose
 
     assert {k: t.problem for k, t in diagnose.EXERCISES.items()} == {e.key: e.problem for e in exercises.EXERCISES}
+
+
+@pytest.mark.parametrize("exercise", exercises.EXERCISES, ids=lambda e: e.key)
+def test_skeleton_names_the_grade_command_and_a_real_module(exercise):
+    """The skeleton says how to grade it: the shell command with its own path, and a module that exists."""
+    skeleton = exercise.skeleton.read_text()
+    assert f"python -m losslab grade {exercise.skeleton.relative_to(build.ROOT)}" in skeleton
+    assert "losslab.exercises" not in skeleton and f'losslab.teach.exercises.grade("{exercise.key}")' in skeleton
+
+
+@pytest.mark.parametrize("exercise", exercises.EXERCISES, ids=lambda e: e.key)
+def test_find_names_the_exercise_from_its_path_or_its_marker(exercise, tmp_path):
+    assert exercises.find(exercise.skeleton) == (exercise, False)
+    assert exercises.find(exercise.solution) == (exercise, True)
+    copy = tmp_path / "mine.cu"  # a copy elsewhere: the skeleton's comment names it
+    copy.write_text(exercise.skeleton.read_text())
+    assert exercises.find(copy) == (exercise, False)
+
+
+def test_find_refuses_a_file_that_is_no_exercise(tmp_path):
+    other = tmp_path / "other.cu"
+    other.write_text("__global__ void k() {}\n")
+    with pytest.raises(ValueError, match="is not an exercise"):
+        exercises.find(other)
+
+
+@pytest.mark.parametrize("source", ["", "  \n\n"])
+def test_an_empty_answer_is_red_the_file_is_empty(source):
+    """No nvcc, no simulator needed: an empty source is a verdict, not a ValueError from the build."""
+    grade = exercises.grade("coalesce", source, gpu=False)
+    assert not grade.passed and not grade.waiting
+    assert grade.hint.startswith("the file is empty")
+    assert "the file is empty" in "\n".join(grade.lines()) and "RED: not yet" in grade.lines()[-1]

@@ -342,3 +342,36 @@ def test_a_killed_builds_temporary_folder_is_removed_by_the_next_build(tmp_path)
     running.mkdir()
     final = build._atomic_dir(tmp_path / "kl_div-89ab", lambda tmp: (tmp / "sim").write_text(""))
     assert (final / "sim").exists() and not stale.exists() and running.exists()
+
+
+FILL_HINT = "the FILL ME IN in the source is still to do"
+
+
+def test_fill_me_in_hint_follows_the_code_not_the_comment(tmp_path):
+    """A wrong answer that replaced the placeholder but kept the comment gets no "still to do" hint;
+    an untouched placeholder whose comment was deleted still gets it."""
+    skeleton = (ROOT / "exercises" / "kl_div" / "warp_shuffle.cu").read_text()
+    placeholder = "    return value;\n}"
+    assert placeholder in skeleton
+    done_but_wrong = skeleton.replace(placeholder, "    value += __shfl_xor_sync(FULL_WARP, value, 16);\n"
+                                                   "    return value;\n}", 1)
+    g = diagnose.grade_on_cpu("warp_shuffle", done_but_wrong)
+    assert not g.passed and "FILL ME IN" in done_but_wrong and FILL_HINT not in joined(g), joined(g)
+    comment_gone = "\n".join(line for line in skeleton.splitlines() if "FILL ME IN" not in line)
+    g = diagnose.grade_on_cpu("warp_shuffle", comment_gone)
+    assert not g.passed and FILL_HINT in joined(g)
+
+
+@pytest.mark.parametrize("key", ["coalesce", "warp_shuffle", "vectorize", "online_softmax", "fused"])
+def test_unfilled_reads_the_code(key):
+    problem = diagnose.PROBLEM_OF[key]
+    skeleton = (ROOT / "exercises" / problem / f"{key}.cu").read_text()
+    solution = (ROOT / "exercises" / "solutions" / problem / f"{key}.cu").read_text()
+    assert diagnose.unfilled(key, skeleton) and diagnose.unfilled(key, skeleton.replace("FILL ME IN", "done"))
+    assert not diagnose.unfilled(key, solution)
+    assert not diagnose.unfilled(key, solution + "\n// FILL ME IN (a comment left behind)\n")
+
+
+def test_an_empty_source_is_a_red_grade_not_an_error():
+    g = diagnose.grade_on_cpu("coalesce", "")
+    assert not g.passed and g.messages[0].startswith("the file is empty")

@@ -14,7 +14,8 @@
 // -FLT_MAX, sum = 0, a thread that saw no element) must change nothing.
 // The rest (the shuffles, the shared slots, the row's loss) is written.
 //
-// Done when losslab.exercises.grade("online_softmax") is green.
+// Grade it from the shell: python -m losslab grade exercises/cross_entropy/online_softmax.cu
+// (in Python: losslab.teach.exercises.grade("online_softmax")). Done when it is green.
 #include "cross_entropy/cross_entropy.cuh"
 #include "cross_entropy/launchers.h"
 

@@ -10,7 +10,8 @@
 // step the 32 lanes of a warp read 32 consecutive floats (one 128-byte line).
 // The block's tree reduction and the second stage are written for you.
 //
-// Done when losslab.exercises.grade("coalesce") is green.
+// Grade it from the shell: python -m losslab grade exercises/kl_div/coalesce.cu
+// (in Python: losslab.teach.exercises.grade("coalesce")). Done when it is green.
 #include "kl_div/kl_div.cuh"
 #include "common/sum_partials.cuh"
 #include "kl_div/launchers.h"

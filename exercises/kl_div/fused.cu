@@ -12,7 +12,8 @@
 // derivative), every element written exactly once, while reading each p and t
 // only once. The backward below scales it by grad_loss and is written for you.
 //
-// Done when losslab.exercises.grade("fused") is green.
+// Grade it from the shell: python -m losslab grade exercises/kl_div/fused.cu
+// (in Python: losslab.teach.exercises.grade("fused")). Done when it is green.
 #include "kl_div/kl_div.cuh"
 #include "common/reduce.cuh"
 #include "common/scale.cuh"

@@ -12,7 +12,8 @@
 // head is then the whole row (written for you). The block reduction is
 // common/reduce.cuh's warp-shuffle block_reduce_sum.
 //
-// Done when losslab.exercises.grade("vectorize") is green and its machine code
+// Grade it from the shell: python -m losslab grade exercises/kl_div/vectorize.cu
+// (in Python: losslab.teach.exercises.grade("vectorize")). Done when it is green and its machine code
 // shows LDG.E.128.
 #include "kl_div/kl_div.cuh"
 #include "common/reduce.cuh"

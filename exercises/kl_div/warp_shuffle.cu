@@ -11,7 +11,8 @@
 // 0's result), with no shared memory and no barrier. block_sum (one shared
 // slot per warp) is written for you and calls it twice.
 //
-// Done when losslab.exercises.grade("warp_shuffle") is green and its machine
+// Grade it from the shell: python -m losslab grade exercises/kl_div/warp_shuffle.cu
+// (in Python: losslab.teach.exercises.grade("warp_shuffle")). Done when it is green and its machine
 // code shows a shuffle (SHFL.BFLY or SHFL.DOWN).
 #include "kl_div/kl_div.cuh"
 #include "common/sum_partials.cuh"

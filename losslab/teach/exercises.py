@@ -23,6 +23,7 @@ from losslab.present.html import Html
 from losslab.problems import cross_entropy, kl_div
 from losslab.teach import custom, isolated
 from losslab.teach.custom.evaluation import CHECK_TIMEOUT_S
+from losslab.teach.simulator.diagnose import EMPTY
 
 ROOT = build.ROOT / "exercises"
 SIZES = ("small", "odd", "narrow", "scalar")  # graded sizes: aligned, odd, few rows, one element
@@ -137,6 +138,32 @@ def get(key: str) -> Exercise:
     raise ValueError(f"exercise: no exercise {key!r}; expected one of {', '.join(e.key for e in EXERCISES)}")
 
 
+_MARKER = re.compile(r"""grade\(\s*["'](\w+)["']|losslab grade\s+\S*?(\w+)\.cu""")
+
+
+def find(path: str | Path) -> tuple[Exercise, bool]:
+    """The exercise a file answers, and whether it is that exercise's solution file: from its
+    path (``exercises/<problem>/<key>.cu`` or ``exercises/solutions/<problem>/<key>.cu``), else
+    from a marker in its text (the skeleton's ``grade("<key>")`` or ``losslab grade .../<key>.cu``).
+
+    Raises:
+        ValueError: the file names no exercise.
+        OSError: the file cannot be read.
+    """
+    path = Path(path)
+    for exercise in EXERCISES:
+        for solution, known in ((False, exercise.skeleton), (True, exercise.solution)):
+            if path.resolve() == known.resolve():
+                return exercise, solution
+    keys = {e.key for e in EXERCISES}
+    for match in _MARKER.finditer(path.read_text(errors="replace")):
+        key = match[1] or match[2]
+        if key in keys:
+            return get(key), False
+    raise ValueError(f"{path} is not an exercise: expected a file under exercises/<problem>/ or one that "
+                     f"names its exercise (a skeleton's \"Done when\" line); exercises: {', '.join(sorted(keys))}")
+
+
 def _pre(text: str) -> str:
     return f'<pre style="font-size:11px;white-space:pre;overflow-x:auto">{html.escape(text)}</pre>'
 
@@ -190,6 +217,36 @@ class Grade:
         return self.simulated is True
 
     @property
+    def verdict(self) -> str:
+        """GREEN, RED or not graded yet, in one line."""
+        if self.passed:
+            return "GREEN: done" + ("" if self.on_gpu else " (on the CPU simulator; a GPU grade also runs it "
+                                                           "on the hardware)")
+        return "not graded yet" if self.waiting else "RED: not yet"
+
+    @property
+    def hint(self) -> str:
+        """The most specific thing to fix (or what the grade rests on), in one line."""
+        if self.compile_error == EMPTY:
+            return EMPTY
+        if not self.compiled:
+            errors = [line.strip() for line in self.compile_error.splitlines() if "error" in line] or \
+                [line.strip() for line in self.compile_error.splitlines() if line.strip()]
+            return next(iter(self.hints), f"does not compile: {errors[0] if errors else 'no message'}")
+        missing = [label for label, found in self.sass.items() if found is False]
+        if self.fault:
+            return f"the kernel did not finish on the GPU: {self.fault.splitlines()[0]}"
+        if self.diagnosis and not (self.passed and self.on_gpu):
+            return self.diagnosis[0]
+        if missing:
+            return f"the machine code lacks {missing[0]}"
+        if self.checks is not None:
+            failed = [c for c in self.checks if not c.passed]
+            return (f"GPU checks: {len(failed)} of {len(self.checks)} failed, first {failed[0].direction} "
+                    f"{failed[0].case}" if failed else f"all {len(self.checks)} GPU checks pass")
+        return self.note or "nothing ran the kernel"
+
+    @property
     def waiting(self) -> bool:
         """Nothing ran the kernel (no GPU and no simulator): not graded yet."""
         return self.compiled and not self.on_gpu and self.simulated is None
@@ -197,6 +254,8 @@ class Grade:
     def lines(self) -> list[str]:
         """The grade as lines of text."""
         out = [f"{self.key}: {self.path}"]
+        if self.compile_error == EMPTY:
+            return out + [f"  {EMPTY}", f"  {self.verdict}"]
         if not self.compiled:
             return out + ["  does not compile:", *("    " + line for line in self.compile_error.splitlines()),
                           *(f"  hint: {h}" for h in self.hints)]
@@ -221,10 +280,7 @@ class Grade:
             out += [f"  {head}:", *(f"    {m}" for m in self.diagnosis)]
         elif self.diagnosis:  # why the simulator could not run
             out += [f"  {m}" for m in self.diagnosis]
-        verdict = "GREEN: done" if self.passed else "not graded yet" if self.waiting else "RED: not yet"
-        if self.passed and not self.on_gpu:
-            verdict += " (on the CPU simulator; a GPU grade also runs it on the hardware)"
-        return out + [f"  {verdict}"]
+        return out + [f"  {self.verdict}"]
 
     def _repr_mimebundle_(self, include=None, exclude=None):
         text = "\n".join(self.lines())
@@ -318,6 +374,8 @@ def grade(key: str, source: str | None = None, *, solution: bool = False, gpu: b
     row"). Machine-code checks (:class:`SassCheck`) explain themselves: which opcodes show the
     idea, and why an alternative is fine.
 
+    An empty source (an emptied file) is a red grade, "the file is empty".
+
     Raises:
         ValueError: unknown exercise.
         build.BuildError: nvcc is missing here.
@@ -328,6 +386,8 @@ def grade(key: str, source: str | None = None, *, solution: bool = False, gpu: b
     path = e.solution if solution else e.skeleton
     label = "your source" if source is not None else str(path.relative_to(build.ROOT))
     source = path.read_text() if source is None else source
+    if not source.strip():  # a verdict, not nvcc's ValueError for an empty source
+        return Grade(key, label, False, EMPTY)
     try:
         compiled = custom.check_source(e.problem, source, e.key)
     except custom.CustomCompileError as err:
@@ -355,3 +415,10 @@ def grade(key: str, source: str | None = None, *, solution: bool = False, gpu: b
                                 "sizes or hardware (a race the two simulated thread orders miss, a size beyond "
                                 "the simulated ones, an index that overflows)"]
     return result
+
+
+def grade_in_child(key: str, source: str | None = None, solution: bool = False) -> dict:
+    """:func:`grade` for :mod:`losslab.teach.isolated` (``python -m losslab grade`` runs it there, under a
+    time limit): the verdict, the hint and the lines, as JSON."""
+    result = grade(key, source, solution=solution)
+    return {"passed": result.passed, "verdict": result.verdict, "hint": result.hint, "lines": result.lines()}

@@ -366,6 +366,32 @@ def _exercise(key: str) -> ExerciseText:
     return EXERCISES[key]
 
 
+EMPTY = "the file is empty: start from the exercise's skeleton (its FILL ME IN says what to write)"
+
+
+def _code_lines(code: str) -> list[str]:
+    """The non-blank lines of ``code`` (comments already blanked), whitespace collapsed."""
+    return [" ".join(line.split()) for line in code.splitlines() if line.strip()]
+
+
+def unfilled(key: str, text: str) -> bool:
+    """Whether the skeleton's FILL ME IN is still to do in ``text``, judged from the code, not the
+    comment: the skeleton's code lines around its FILL ME IN (two before, one after: a placeholder
+    statement such as ``return value;`` included) still stand next to each other."""
+    try:
+        skeleton = (EXERCISES_ROOT / _exercise(key).problem / f"{key}.cu").read_text()
+    except (OSError, ValueError):
+        return False
+    at = skeleton.find("FILL ME IN")
+    if at < 0:
+        return False
+    blank = build._blank_comments(skeleton)  # positions kept: split the code at the comment
+    before, after = _code_lines(blank[:at]), _code_lines(blank[at:])
+    window = before[-2:] + after[:1]  # two lines before: the placeholder's neighbours may recur (a tail loop)
+    code = _code_lines(build._blank_comments(text))
+    return any(code[i:i + len(window)] == window for i in range(len(code)))
+
+
 def grade_on_cpu(key: str, source: str | Path | None = None, *, time_limit: float = 10.0) -> CpuGrade:
     """Grade exercise ``key`` on the CPU simulator: ``source`` is CUDA text or a path
     (None: the skeleton file as it is now). Returns ``CpuGrade(key, passed, messages)``.
@@ -389,6 +415,8 @@ def grade_on_cpu(key: str, source: str | Path | None = None, *, time_limit: floa
     if source is None:
         source = EXERCISES_ROOT / problem / f"{key}.cu"
     text, label = run_lib.source_text(source, f"{key}.cu")
+    if not text.strip():
+        return CpuGrade(key, False, [EMPTY])
     outcome = run_lib.run(text, problem, label=label, time_limit=time_limit)
     if not outcome.compiled:
         lines = outcome.compile_error.splitlines()
@@ -415,7 +443,7 @@ def grade_on_cpu(key: str, source: str | Path | None = None, *, time_limit: floa
     if special:  # the exercise's own diagnosis replaces the generic "wrong loss/gradient on ..." lines
         generic = [m for m in generic if not m.startswith(("wrong loss on", "wrong gradient on", "the loss is NaN"))]
     messages += special + generic
-    if "FILL ME IN" in text and messages:
+    if messages and unfilled(key, text):
         messages.append("the FILL ME IN in the source is still to do")
     if not messages and (race := _race_message(outcome, text, problem, label)):
         messages.append(race)
