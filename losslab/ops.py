@@ -44,13 +44,16 @@ call late where nothing waits, and inside a CUDA graph a copy that replays with 
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 import torch
 
 from losslab import build, problems
+from losslab.build import ladder
 
 NAMESPACE = "losslab"
 STRICT_ENV = "LOSSLAB_STRICT_TARGETS"
@@ -311,9 +314,18 @@ def variant(problem: str, name: str, *, strict: bool | None = None,
             _KNOB_OPS[config] = RungOps(spec, spec.rung(name), functools.partial(
                 build.load_extension, problem, defines=config.defines))
         ops = _KNOB_OPS[config]
-    strict = strict_default() if strict is None else strict
+    loss = _checked_loss(spec, spec.rung(name), ops, strict_default() if strict is None else strict)
+    loss.__name__ = f"{problem}_{name}"
+    loss.__doc__ = f"{problem} computed by the {name} kernels; same signature as the reference."
+    if config is not None:
+        loss.name, loss.dtypes, loss.rung = config.label, spec.dtypes(name), spec.rung(name)
+        loss.launch_forward, loss.launch_backward = ops.launch_forward, ops.launch_backward  # for check.resolve
+    return loss
 
-    dtypes = spec.dtypes(name)
+
+def _checked_loss(spec: problems.Problem, rung: problems.Rung, ops: RungOps, strict: bool) -> Callable:
+    """``ops``' loss behind the host checks: inputs whose metadata passed once are not checked again."""
+    dtypes = rung.dtypes
     validated: set = set()  # metadata_key()s of inputs that passed the checks below
 
     def loss(*inputs: torch.Tensor) -> torch.Tensor:
@@ -322,7 +334,8 @@ def variant(problem: str, name: str, *, strict: bool | None = None,
         key = None if compiling else metadata_key(inputs)
         if key is None or key not in validated:
             if inputs and isinstance(inputs[0], torch.Tensor) and inputs[0].dtype not in dtypes:
-                spec.check_dtype(name, inputs[0])  # raises, naming the dtypes the rung takes
+                allowed = ", ".join(str(d) for d in dtypes)
+                raise TypeError(f"predictions: {spec.name} {rung.name} takes dtype {allowed}, got {inputs[0].dtype}")
             spec.validate(*inputs)
             if key is not None and len(validated) < MAX_VALIDATED:
                 validated.add(key)
@@ -330,12 +343,56 @@ def variant(problem: str, name: str, *, strict: bool | None = None,
             spec.check_values(*inputs)
         return ops(*inputs) if compiling else ops.eager(*inputs)
 
-    loss.__name__ = f"{problem}_{name}"
-    loss.__doc__ = f"{problem} computed by the {name} kernels; same signature as the reference."
-    if config is not None:
-        loss.name, loss.dtypes, loss.rung = config.label, dtypes, spec.rung(name)
-        loss.launch_forward, loss.launch_backward = ops.launch_forward, ops.launch_backward  # for check.resolve
     return loss
+
+
+# --- the other implementations the records hold beside the rungs ---------------------------------
+
+LADDER_TAG = "[ladder]"  # a teaching rung's name in the records: "fused [ladder]"
+OPERATOR = "losslab.nn"  # the public operator's name in the records
+
+
+@dataclass(frozen=True, eq=False)
+class Variant:
+    """An implementation of a problem that measure, records and present treat as a variant but
+    that is no rung of its table: a teaching rung (``kind`` "ladder", kernels/<problem>/ladder/,
+    float32) or the public operator (``kind`` "operator", ``losslab.nn.functional.on_problem``).
+
+    Called with the reference's arguments, it returns the 0-d loss. ``launch_forward`` and
+    ``launch_backward`` (the problem launchers' interface, for the checks' rerun into poisoned
+    buffers) are None for the public operator, whose kernels the checks reach only through it.
+    """
+
+    problem: str
+    name: str
+    kind: str
+    dtypes: tuple[torch.dtype, ...]
+    rung: problems.Rung = field(repr=False)
+    call: Callable[..., torch.Tensor] = field(repr=False)
+    launch_forward: Callable | None = field(default=None, repr=False)
+    launch_backward: Callable | None = field(default=None, repr=False)
+
+    def __call__(self, *inputs: torch.Tensor) -> torch.Tensor:
+        return self.call(*inputs)
+
+
+@functools.cache
+def ladder_variant(problem: str, rung: str) -> Variant:
+    """Teaching rung ``rung`` of ``problem`` (``kernels/<problem>/ladder/<rung>.cu``, float32, built
+    as the ladder's own extension at the first call), through the host code and eager path of the
+    production rung of the same name. Named ``"<rung> [ladder]"`` in the records.
+
+    Raises:
+        ValueError: ``problem`` has no teaching rung ``rung``.
+    """
+    spec = problems.get(problem)
+    taught = ladder.rungs(problem) if problem in ladder.problems_with_ladder() else ()
+    if rung not in taught:
+        raise ValueError(f"variant: {problem} has no teaching rung {rung!r}; expected one of {', '.join(taught)}")
+    own = dataclasses.replace(spec.rung(rung), dtypes=problems.FLOAT32)
+    ops = RungOps(spec, own, functools.partial(ladder.load_ladder, problem))
+    return Variant(problem, f"{rung} {LADDER_TAG}", "ladder", own.dtypes, own,
+                   _checked_loss(spec, own, ops, strict=False), ops.launch_forward, ops.launch_backward)
 
 
 def all_variants() -> list[tuple[str, str]]:

@@ -1,6 +1,7 @@
 """The summaries ``python -m losslab summary`` prints from the records, and the README copies (a
-cpu-tier test keeps the copies in step): the best rung of each problem against each peer at
-the seed size, and the sweep's best rung against each peer at every size, per device.
+cpu-tier test keeps the copies in step): what a user calls (``losslab.nn``, the public operator)
+beside the best rung of each problem and each peer at the seed size, and the same over the
+sweep's sizes, per device.
 """
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections.abc import Sequence
 
 from losslab import records
 from losslab.measure.bench import SWEEP_DIRECTIONS, SWEEP_SHAPES
+from losslab.ops import OPERATOR
 
 SWEEP_PEERS = ("compile", "liger", "quack")  # the optimised peers; eager is in the record and notebook 03
 
@@ -43,7 +45,8 @@ def summary_text(sections: dict[str, records.Section]) -> str:
                 f"{', '.join(f'{name} {held[name]}' for name in views)}; median GPU ms per call"]
     device = lambda s: f"{s.device[:22]:<23}" if many else ""
     lines = [f"{'problem':<14} {'direction':<16} " + (f"{'device':<23}" if many else "")
-             + f"{'best variant':<14} {'ms':>8} {'of bw':>6}   peers (ms, speedup)"]
+             + f"{'best rung':<14} {'ms':>8} {'of bw':>6}   {OPERATOR + ' ms (x best rung)':<26} "
+             f"peers (ms, speedup of {OPERATOR}, else of the best rung)"]
     notes = []
     for name, s in views.items():
         for direction in ("forward", "forward_backward"):
@@ -52,11 +55,14 @@ def summary_text(sections: dict[str, records.Section]) -> str:
             if not variants:
                 continue
             best = min(variants, key=lambda r: r.median_ms)
+            operator = next((r for r in rows if r.implementation == OPERATOR), None)
+            mine = operator or best
+            public = f"{operator.median_ms:.3f} (x{operator.median_ms / best.median_ms:.2f})" if operator else "—"
             peers = "  ".join(f"{r.implementation} {r.median_ms:.3f}{'!' if r.below_floor else ''} "
-                              f"(x{r.median_ms / best.median_ms:.2f})" for r in rows if r.kind == "peer")
+                              f"(x{r.median_ms / mine.median_ms:.2f})" for r in rows if r.kind == "peer")
             notes += [f"! {name} {r.implementation} {direction}: {r.floor_note}" for r in rows if r.below_floor]
             lines.append(f"{name:<14} {direction:<16} {device(s)}{best.implementation:<14} {best.median_ms:>8.3f} "
-                         f"{best.fraction_of_bandwidth:>6.0%}   {peers}")
+                         f"{best.fraction_of_bandwidth:>6.0%}   {public:<26} {peers}")
     notes += [f"note: {note}" for s in views.values() if (note := stale_note(s))]
     return "\n".join(head + lines + notes)
 
@@ -68,7 +74,8 @@ def short_device(name: str) -> str:
 
 
 def _cells(section: records.Section, dtype: str, direction: str) -> dict[tuple, dict[str, records.BenchRow]]:
-    """shape -> {"best": the fastest rung's row, peer name: its row} at ``dtype`` and ``direction``."""
+    """shape -> {"best": the fastest rung's row, OPERATOR and each peer name: its row} at ``dtype``
+    and ``direction``."""
     found: dict[tuple, dict[str, records.BenchRow]] = {}
     for r in section.rows:
         if r.dtype != dtype or r.direction != direction:
@@ -77,7 +84,7 @@ def _cells(section: records.Section, dtype: str, direction: str) -> dict[tuple, 
         if r.kind == "variant":
             if "best" not in cell or r.median_ms < cell["best"].median_ms:
                 cell["best"] = r
-        elif r.implementation in SWEEP_PEERS:
+        elif r.implementation in (OPERATOR, *SWEEP_PEERS):
             cell[r.implementation] = r
     return found
 
@@ -85,34 +92,46 @@ def _cells(section: records.Section, dtype: str, direction: str) -> dict[tuple, 
 def sweep_markdown(problem: str, sections: Sequence[records.Section]) -> str:
     """A markdown table of ``problem``'s sweep on each device of ``sections`` (one Section per
     device): per dtype and direction, at each shape of ``bench.SWEEP_SHAPES`` that some device
-    recorded, the median ms per call (L2 flushed) of the best losslab rung and of each peer in
-    :data:`SWEEP_PEERS` that some device ran ("—" where it did not run); then the cells where a
-    peer was faster, each device's date and versions, and a note for results measured on other
-    sources than the repository's."""
+    recorded, the median ms per call (L2 flushed) of what a user calls (:data:`OPERATOR`), of the
+    best losslab rung and of each peer in :data:`SWEEP_PEERS` that some device ran ("—" where it
+    did not run); then the cells where a peer was faster than the operator (than the best rung in a
+    record without operator rows), the cells where the operator is behind the best rung by more
+    than max(3 %, 1 µs), each device's date and versions, and a note for results measured on
+    other sources than the repository's."""
     cells = {(s.device, d, di): _cells(s, d, di) for s in sections for d in ("float32", "bfloat16")
              for di in SWEEP_DIRECTIONS}
     shapes = [s for s in SWEEP_SHAPES[problem] if any(s in c for c in cells.values())]
     peers = [p for p in SWEEP_PEERS if any(p in cell for c in cells.values() for cell in c.values())]
     head = ["device", "dtype", "direction", *("×".join(map(str, s)) for s in shapes)]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    behind = []
+    behind, lagging = [], []
     for (device, dtype, direction), found in cells.items():
         if not any(found.get(s, {}).get("best") for s in shapes):
             continue
         row = [short_device(device), dtype, direction.replace("_", "+")]
         for shape in shapes:
             cell = found.get(shape, {})
-            best = cell.get("best")
-            row.append(" / ".join(f"{cell[k].median_ms:.3f}" if k in cell else "—" for k in ("best", *peers)))
-            faster = [cell[p] for p in peers if best and p in cell and cell[p].median_ms < best.median_ms]
-            behind += [f"{short_device(device)} {dtype} {direction} {'×'.join(map(str, shape))}: {p.implementation} "
-                       f"{p.median_ms:.4f} ms, {best.implementation} {best.median_ms:.4f}" for p in faster]
+            best, operator = cell.get("best"), cell.get(OPERATOR)
+            mine = operator or best
+            where = f"{short_device(device)} {dtype} {direction} {'×'.join(map(str, shape))}"
+            row.append(" / ".join(f"{cell[k].median_ms:.3f}" if k in cell else "—"
+                                  for k in (OPERATOR, "best", *peers)))
+            faster = [cell[p] for p in peers if mine and p in cell and cell[p].median_ms < mine.median_ms]
+            behind += [f"{where}: {p.implementation} {p.median_ms:.4f} ms, {mine.implementation} "
+                       f"{mine.median_ms:.4f}" for p in faster]
+            if operator and best and operator.median_ms - best.median_ms > max(0.03 * best.median_ms, 0.001):
+                lagging.append(f"{where}: {OPERATOR} {operator.median_ms:.4f} ms, {best.implementation} "
+                               f"{best.median_ms:.4f} (x{operator.median_ms / best.median_ms:.2f})")
         lines.append("| " + " | ".join(row) + " |")
     counted = sum(1 for c in cells.values() for s in shapes if c.get(s, {}).get("best"))
-    out = [f"{problem}: median ms per call (L2 flushed), best losslab rung / {' / '.join(peers)}", "", *lines, ""]
-    out.append(f"{' or '.join(peers) or 'A peer'} is faster in {len(behind)} of {counted} cells"
-               + (":" if behind else "."))
+    out = [f"{problem}: median ms per call (L2 flushed), {OPERATOR} / best losslab rung / {' / '.join(peers)}",
+           "", *lines, ""]
+    out.append(f"{' or '.join(peers) or 'A peer'} is faster than what a user calls in {len(behind)} of {counted} "
+               "cells" + (":" if behind else "."))
     out += [f"- {b}" for b in behind]
+    out.append(f"{OPERATOR} is behind the best rung by more than max(3 %, 1 µs) in {len(lagging)} of {counted} cells"
+               + (":" if lagging else "."))
+    out += [f"- {b}" for b in lagging]
     out.append("")
     for s in sections:
         note = stale_note(s)

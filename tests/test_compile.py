@@ -103,3 +103,22 @@ def test_cross_entropy_packed_exp_has_no_range_reduction(cubins, stem):
     assert margins, f"no bf16 forward kernel in cross_entropy/{stem}.cu"
     for name, margin in margins.items():
         assert margin >= 64, f"{name}: only {margin} MUFU.EX2 without an expf range reduction"
+
+
+@pytest.mark.compile
+def test_an_unwritable_extension_folder_is_one_build_error_naming_it(tmp_path, monkeypatch):
+    """A build folder that cannot be written (here: under a file, which stops root too) is a
+    BuildError naming the folder and TORCH_EXTENSIONS_DIR, not an OSError traceback."""
+    from losslab.build import ladder
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(blocker / "extensions"))
+    ladder.load_ladder.cache_clear()
+    try:
+        with pytest.raises(build.BuildError) as caught:
+            ladder.load_ladder("kl_div")
+    finally:
+        ladder.load_ladder.cache_clear()
+    message = str(caught.value)
+    assert "\n" not in message and "TORCH_EXTENSIONS_DIR" in message and str(blocker) in message

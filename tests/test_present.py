@@ -147,7 +147,7 @@ def test_side_by_side_shows_both_sources_escaped(left, right):
     page = ladder.side_by_side("kl_div", left, right)
     for variant in (left, right):
         source = ladder.kernel_source("kl_div", variant)
-        assert f"kernels/kl_div/{variant}.cu" in page
+        assert f"kernels/kl_div/ladder/{variant}.cu" in page  # the teaching rung the lesson reads
         assert html.escape(source.splitlines()[0]) in page  # the header comment names the rung
     assert '#include "' not in page and "#include &quot;" in page
     assert page.index(left) < page.index(right)
@@ -384,25 +384,28 @@ def test_coalescing_figure_counts_lines_and_sectors():
 
 # --- diffs between adjacent rungs -------------------------------------------------------------------
 
-def test_rung_diff_shows_changed_lines_and_inlines_the_helper():
+def test_rung_diff_shows_the_teaching_rungs_changed_lines():
+    """The lesson's diff is of the teaching rungs (kernels/<loss>/ladder/): the idea and nothing else."""
     text = ladder.rung_diff("kl_div", "shared_memory", "warp_shuffle").plain
-    assert "+    sum = block_reduce_sum(sum);" in text
-    assert "-        if (threadIdx.x < stride) partial[threadIdx.x] += partial[threadIdx.x + stride];" in text
-    assert "|   --- block_reduce_sum, from kernels/common/reduce.cuh:" in text
-    assert "__shfl_xor_sync" in text  # the helper's body, not just its name
-    # a focused diff: a launcher renamed with its rung, its body the same, is no change
-    assert "cudaError_t kl_div_shared_memory_backward(" not in text
-    assert "#define LOSSLAB_KL_DIV_WARP_SHUFFLE_THREADS 256" not in text  # the same knob, renamed with its rung
+    assert text.startswith("--- kernels/kl_div/ladder/shared_memory.cu\n+++ kernels/kl_div/ladder/warp_shuffle.cu")
+    added = [line for line in text.splitlines() if line.startswith("+") and not line.startswith("+++")]
+    removed = [line for line in text.splitlines() if line.startswith("-") and not line.startswith("---")]
+    assert any("__shfl_xor_sync" in line for line in added)
+    assert any("partial[threadIdx.x] += partial[threadIdx.x + stride]" in line for line in removed)
+    assert max(len(added), len(removed)) <= 40  # one idea (tests/test_ladder.py holds every step)
 
 
-@pytest.mark.parametrize("problem, lower, upper, helper", [
-    ("kl_div", "warp_shuffle", "vectorized", "load_pack"),
-    ("cross_entropy", "shared_memory", "warp_shuffle", "block_reduce_logsumexp"),
+@pytest.mark.parametrize("problem, rung, helpers", [
+    ("kl_div", "vectorized", ["load_pack", "block_reduce_sum"]),
+    ("cross_entropy", "fused", ["lse_add", "block_reduce_logsumexp", "block_reduce_sum"]),
 ])
-def test_rung_diff_inlines_what_the_upper_rung_relies_on(problem, lower, upper, helper):
-    text = ladder.rung_diff(problem, lower, upper).plain
-    assert f"|   --- {helper}, from kernels/" in text
-    assert text.count(f"|   --- {helper}, from") == 1  # inlined once, where first used
+def test_the_diff_to_the_operator_counts_its_lines_and_inlines_its_helpers(problem, rung, helpers):
+    text = ladder.rung_diff(problem, rung, rung, to_operator=True).plain
+    head, first = text.splitlines()[:2]
+    assert re.fullmatch(r"\d+ lines added, \d+ removed", head) and int(head.split()[0]) > 40
+    assert first == f"--- kernels/{problem}/ladder/{rung}.cu"
+    for helper in helpers:
+        assert text.count(f"|   --- {helper}, from kernels/") == 1  # inlined once, where first used
 
 
 def test_helper_source_is_the_whole_definition():

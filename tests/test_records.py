@@ -98,16 +98,25 @@ def test_another_problems_sources_do_not_make_a_record_stale(tmp_path):
     assert records.sources_sha256("cross_entropy", root) != records.sources_sha256("cross_entropy")
 
 
-def test_the_teaching_ladder_is_not_hashed_while_no_record_measures_it(tmp_path):
+def test_the_teaching_ladder_and_the_public_operator_are_hashed(tmp_path):
+    """The records time the teaching rungs and losslab.nn: their sources make a row stale."""
     root = _copy_repository(tmp_path)
     stamp = records.sources_sha256("kl_div", root)
-    ladder = root / "kernels" / "kl_div" / "ladder"
-    ladder.mkdir(exist_ok=True)
-    (ladder / "extra.cu").write_text("// a teaching rung\n")
-    (root / "losslab" / "build" / "csrc" / "kl_div_ladder.cpp").write_text("// its binding\n")
-    assert records.sources_sha256("kl_div", root) == stamp
-    (root / "kernels" / "kl_div" / "extra.cu").write_text("// an operator kernel beside the ladder\n")
+    rung = root / "kernels" / "kl_div" / "ladder" / "naive.cu"
+    rung.write_bytes(rung.read_bytes() + b"\n// an edit\n")
     assert records.sources_sha256("kl_div", root) != stamp
+    stamp = records.sources_sha256("kl_div", root)
+    binding = root / "losslab" / "build" / "csrc" / "kl_div_ladder.cpp"
+    binding.write_bytes(binding.read_bytes() + b"\n// an edit\n")
+    assert records.sources_sha256("kl_div", root) != stamp
+    stamp, other = records.sources_sha256("kl_div", root), records.sources_sha256("cross_entropy", root)
+    functional = root / "losslab" / "nn" / "functional.py"
+    functional.write_bytes(functional.read_bytes() + b"\n# an edit\n")
+    assert records.sources_sha256("kl_div", root) != stamp and records.sources_sha256("cross_entropy", root) != other
+    stamp = records.sources_sha256("kl_div", root)
+    ce_binding = root / "losslab" / "build" / "csrc" / "cross_entropy_ladder.cpp"
+    ce_binding.write_bytes(ce_binding.read_bytes() + b"\n// an edit\n")
+    assert records.sources_sha256("kl_div", root) == stamp  # another loss's ladder binding
 
 
 def test_a_pitfall_kernel_edit_changes_the_pitfalls_hash(tmp_path):

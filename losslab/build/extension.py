@@ -154,32 +154,47 @@ def load_extension(problem: str, verbose: bool = False, defines: tuple[tuple[str
         BuildError: torch has no CUDA support, nvcc is missing, or compilation failed (a
             failed ``static_assert`` of a knob as one line naming it).
     """
+    name, flags = extension_name(problem, defines), define_flags(problem, defines)
+    what = f"the {problem} kernels" + (f" with {' '.join(flags)}" if flags else "")
+    return build(name, what, sources(problem), flags, verbose)
+
+
+def build(name: str, what: str, files: list[Path], flags: list[str] = (), verbose: bool = False):
+    """Build (if needed) and import the extension ``name`` from ``files`` with losslab's flags
+    (:data:`NVCC_FLAGS` and ``flags``, ``kernels/`` on the include path), cached by
+    ``torch.utils.cpp_extension`` under $TORCH_EXTENSIONS_DIR. ``what`` names it in messages
+    ("the kl_div kernels"). What :func:`load_extension` and the teaching ladder's
+    ``load_ladder`` share.
+
+    Raises:
+        BuildError: torch has no CUDA support, nvcc is missing, the build folder cannot be
+            written (one line naming it and TORCH_EXTENSIONS_DIR), or compilation failed.
+    """
     import torch
 
-    name, flags = extension_name(problem, defines), define_flags(problem, defines)
-
     if torch.version.cuda is None:
-        raise BuildError(f"cannot build the kernels: torch {torch.__version__} is a CPU-only build; "
+        raise BuildError(f"cannot build {what}: torch {torch.__version__} is a CPU-only build; "
                          "install a CUDA build of torch")
     os.environ["CUDA_HOME"] = str(find_cuda_home())
     os.environ.setdefault("TORCH_CUDA_ARCH_LIST", cuda_arch_list())
     from torch.utils import cpp_extension
 
     cpp_extension.CUDA_HOME = os.environ["CUDA_HOME"]  # it was fixed when cpp_extension was imported
-    what = f"the {problem} kernels" + (f" with {' '.join(flags)}" if flags else "")
     print(f"losslab: building {what} for sm {os.environ['TORCH_CUDA_ARCH_LIST']} "
           "(cached after the first build) ...", file=sys.stderr, flush=True)
     try:
         return cpp_extension.load(
             name=name,
-            sources=[str(s) for s in sources(problem)],
+            sources=[str(f) for f in files],
             extra_include_paths=[str(KERNELS)],
             extra_cflags=["-O2"],
             extra_cuda_cflags=[*NVCC_FLAGS, *flags],
             verbose=verbose,
         )
+    except OSError as err:  # PermissionError, a read-only or full file system: not a compile error
+        where = err.filename or os.environ.get("TORCH_EXTENSIONS_DIR", "torch's extension cache")
+        raise BuildError(f"cannot build {what}: cannot write {where} ({err.strerror or err}); set "
+                         "TORCH_EXTENSIONS_DIR to a writable folder") from err
     except (RuntimeError, subprocess.CalledProcessError) as err:
         line = compile_error_line(str(err))
         raise BuildError(f"building {what} failed: {line}" if line else f"building {what} failed: {err}") from err
-
-

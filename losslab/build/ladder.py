@@ -12,20 +12,14 @@ toolkit and architectures, cached by ``torch.utils.cpp_extension``).
 from __future__ import annotations
 
 import functools
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 from losslab.build.extension import (
     CSRC,
     KERNELS,
-    NVCC_FLAGS,
     BuildError,
-    compile_error_line,
-    cuda_arch_list,
-    find_cuda_home,
+    build,
 )
 
 LADDER = "ladder"  # the folder under kernels/<problem>/, and the binding's suffix
@@ -121,28 +115,4 @@ def load_ladder(problem: str, verbose: bool = False):
         BuildError: torch has no CUDA support, nvcc is missing, a source is missing, or
             compilation failed (a failed ``static_assert`` as one line naming it).
     """
-    import torch
-
-    files = sources(problem)
-    if torch.version.cuda is None:
-        raise BuildError(f"cannot build the {problem} ladder: torch {torch.__version__} is a CPU-only build; "
-                         "install a CUDA build of torch")
-    os.environ["CUDA_HOME"] = str(find_cuda_home())
-    os.environ.setdefault("TORCH_CUDA_ARCH_LIST", cuda_arch_list())
-    from torch.utils import cpp_extension
-
-    cpp_extension.CUDA_HOME = os.environ["CUDA_HOME"]  # it was fixed when cpp_extension was imported
-    print(f"losslab: building the {problem} ladder for sm {os.environ['TORCH_CUDA_ARCH_LIST']} "
-          "(cached after the first build) ...", file=sys.stderr, flush=True)
-    try:
-        return cpp_extension.load(
-            name=extension_name(problem),
-            sources=[str(f) for f in files],
-            extra_include_paths=[str(KERNELS)],
-            extra_cflags=["-O2"],  # as load_extension's
-            extra_cuda_cflags=list(NVCC_FLAGS),
-            verbose=verbose,
-        )
-    except (RuntimeError, subprocess.CalledProcessError) as err:
-        line = compile_error_line(str(err))
-        raise BuildError(f"building the {problem} ladder failed: {line or err}") from err
+    return build(extension_name(problem), f"the {problem} ladder", sources(problem), verbose=verbose)

@@ -25,7 +25,6 @@ import torch
 from losslab import problems
 from losslab.measure.ceilings import PhysicalFloor, physical_floor
 from losslab.measure.check import relative_error
-from losslab.problems import cross_entropy, kl_div
 
 STATUSES = ("passed", "compile_error", "raised", "wrong_shape", "wrong_values", "mutated_inputs", "tampered",
             "time_mismatch", "hidden_work", "impossible_time", "too_slow", "timed_out", "crashed", "no_gpu",
@@ -125,41 +124,18 @@ def tolerance(dtype: torch.dtype, n: int, condition: float = 1.0) -> float:
         unit_roundoff(torch.float32)
 
 
-def _cross_entropy_parts(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """sum (|lse_i| + |x_i,t|) and sum (lse_i - x_i,t) over the rows whose target is not ignored."""
-    valid = targets >= 0  # ignore_index (-100) rows are not in the mean
-    lse = torch.logsumexp(logits, -1)[valid]
-    picked = logits.gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)[valid]
-    return lse.abs().sum() + picked.abs().sum(), (lse - picked).sum()
-
-
-def _kl_div_parts(predictions: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """sum (|t log t| + |t log p|) and sum (t log t - t log p), one temporary at a time."""
-    a = torch.xlogy(targets, targets)
-    total = a.sum()
-    magnitude = a.abs_().sum()
-    del a
-    b = predictions.log().mul_(targets)
-    return magnitude + b.abs().sum(), total - b.sum()
-
-
-# per problem: (the sum of |parts|, the sum of the terms) from float64 inputs; see condition_number().
-# Each loss's own math: it belongs in its package (losslab/problems/<loss>/), where it moves at the
-# next re-record of the GPU results (those files' bytes are in the records' freshness hash).
-_PARTS = {cross_entropy.PROBLEM.name: _cross_entropy_parts, kl_div.PROBLEM.name: _kl_div_parts}
-
-
 def condition_number(problem: str, inputs64: tuple) -> float:
     """The condition number of ``problem``'s loss at ``inputs64`` (the inputs, floating ones in
     float64): sum (|a_i| + |b_i|) / |sum (a_i - b_i)|, where the loss sums terms a_i - b_i
-    that a kernel computes from larger numbers (see :func:`tolerance`). 1 for a problem not
-    listed here, or where the sum is 0 (the relative error is then an absolute one). A few
-    elementwise passes over the inputs, as cheap as the float64 reference."""
-    parts = _PARTS.get(problem)
-    if parts is None:
+    that a kernel computes from larger numbers (see :func:`tolerance`; each loss's terms:
+    ``Problem.condition_parts``). 1 for a problem without them, or where the sum is 0 (the
+    relative error is then an absolute one). A few elementwise passes over the inputs, as cheap
+    as the float64 reference."""
+    try:
+        with torch.no_grad():
+            magnitude, total = problems.get(problem).condition_parts(*inputs64)
+    except NotImplementedError:
         return 1.0
-    with torch.no_grad():
-        magnitude, total = parts(*inputs64)
     magnitude, total = magnitude.item(), abs(total.item())
     return max(1.0, magnitude / total) if total > 0 and math.isfinite(magnitude / total) else 1.0
 

@@ -21,6 +21,7 @@ from losslab.measure.check import relative_error
 from losslab.measure.peers import PEERS, peer_implementations
 from losslab.measure.timing import FLUSH_BYTES, flush_buffer, peak_extra_memory, time_cuda
 from losslab.ops import variant as get_variant
+from losslab.variants import find_variant
 
 __all__ = ["PEERS", "SWEEP_SHAPES", "SWEEP_DIRECTIONS", "BenchRow", "Skipped", "bench_problem", "bench_table_text",
            "implementations", "flag_physical_floor", "hopeless_reason", "sweep_memory_bytes", "sweep_repeats",
@@ -120,7 +121,7 @@ def hopeless_reason(problem: str, variant: str, shape: tuple[int, int]) -> str |
     milliseconds and teaches nothing the seed size does not.
     """
     spec = problems.get(problem)
-    if spec.variants.index(variant) == 0 and shape[1] > SERIAL_COLUMNS:
+    if variant in spec.variants[:1] and shape[1] > SERIAL_COLUMNS:
         estimate = shape[1] * SERIAL_US_PER_COLUMN / 1e3
         return (f"one thread walks each row of {shape[1]} columns (about {estimate:.0f} ms a call at the seed "
                 f"sizes' rate); the sweep leaves it out above {SERIAL_COLUMNS} columns")
@@ -156,11 +157,17 @@ def flag_physical_floor(row: BenchRow, device: str) -> BenchRow:
 
 
 def implementations(problem: str, variants: list, peers=PEERS) -> dict[str, tuple[str, Callable]]:
-    """name -> (kind, callable with the reference's signature). A variant is a rung's name
-    or a callable variant object with a ``name`` (e.g. ``losslab.teach.custom.CustomVariant``)."""
+    """name -> (kind, callable with the reference's signature). A variant is a name the records
+    give it (a rung's, ``"<rung> [ladder]"``, ``"losslab.nn"``: ``variants.find_variant``) or a callable
+    variant object with a ``name`` (e.g. ``losslab.teach.custom.CustomVariant``, ``ops.Variant``);
+    its kind is the object's ``kind`` ("ladder", "operator"), else "variant"."""
     impls = {}
     for v in variants:
-        impls[v if isinstance(v, str) else v.name] = ("variant", get_variant(problem, v) if isinstance(v, str) else v)
+        found = find_variant(problem, v) if isinstance(v, str) else v
+        if isinstance(found, str):
+            impls[found] = ("variant", get_variant(problem, found))
+        else:
+            impls[found.name] = (getattr(found, "kind", "variant"), found)
     impls.update({name: ("peer", fn) for name, fn in peer_implementations(problem, peers).items()})
     return impls
 
@@ -219,7 +226,7 @@ def bench_problem(problem: str, shape: tuple[int, int] | None = None, variants: 
         try:
             errors = _errors(calls, reference)
         except Exception as err:  # an optional peer that fails here is left out, not fatal
-            if kind == "variant":
+            if kind != "peer":
                 raise
             print(f"  {name} left out: {type(err).__name__}: {err}", file=sys.stderr, flush=True)
             continue

@@ -16,6 +16,7 @@ import torch
 from losslab import problems
 from losslab.ops import variant as get_variant
 from losslab.problems import cross_entropy
+from losslab.variants import find_variant
 
 # Tolerances against float64, per input dtype: (loss, gradient). float32 follows
 # the issue's bounds. bf16/fp16 kernels compute in fp32 on inputs that are
@@ -92,6 +93,7 @@ def resolve(problem: str, variant) -> tuple[str, Callable, Callable, Callable]:
     problem's rungs, or an object with ``name``, ``__call__`` (the op) and the problem
     launchers' ``launch_forward(inputs, out=, needs_grad=, grad_out=)`` and
     ``launch_backward(saved, grad_loss, out=)`` methods (e.g. ``losslab.teach.custom.CustomVariant``)."""
+    variant = find_variant(problem, variant) if isinstance(variant, str) else variant
     if isinstance(variant, str):
         spec = problems.get(problem)
         return (variant, get_variant(problem, variant), functools.partial(spec.launch_forward, variant),
@@ -113,7 +115,8 @@ def check_inputs(problem: str, variant, inputs: tuple[torch.Tensor, ...], case: 
     * inf and NaN must appear exactly where the reference has them;
     * every output element is written: the kernels are run again into buffers
       poisoned with NaN, and must reproduce the first results bitwise (which also
-      shows the run is deterministic).
+      shows the run is deterministic); not for a variant without launchers (the public
+      operator, ``variants.operator_variant``).
     """
     spec = problems.get(problem)
     variant, op, launch_forward, launch_backward = resolve(problem, variant)
@@ -148,6 +151,9 @@ def check_inputs(problem: str, variant, inputs: tuple[torch.Tensor, ...], case: 
     # skip stays NaN, and any difference from the first run shows non-determinism.
     poisoned_loss = torch.full((), float("nan"), device=loss.device, dtype=loss.dtype)
     poisoned_grad = torch.full_like(grad, float("nan"))
+    if launch_forward is None:  # the public operator: its kernels are reached only through the call
+        return [result("forward", loss_error, loss_rtol, forward_detail),
+                result("backward", backward_error, grad_rtol, backward_detail)]
     rerun_loss, saved = launch_forward(inputs, out=poisoned_loss, needs_grad=True, grad_out=poisoned_grad)
     rerun_grad = launch_backward(saved, grad_loss, out=poisoned_grad)
     if not forward_detail and not torch.equal(rerun_loss.nan_to_num(), loss.detach().nan_to_num()):

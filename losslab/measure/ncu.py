@@ -29,6 +29,7 @@ import torch
 from losslab import build, problems
 from losslab.build import ROOT
 from losslab.measure.bench import implementations
+from losslab.variants import recorded_variants
 
 __all__ = ["NCU_METRICS", "EVIDENCE_METRICS", "STALL_REASONS", "Counters", "Profile", "attribute", "find_ncu",
            "ncu_table_text", "evidence_table_text", "parse_ncu_csv", "profile_problem"]
@@ -435,7 +436,8 @@ def profile_problem(problem: str, shape: tuple[int, int] | None = None, variants
     Args:
         shape: (rows, columns), float32; default the problem's seed size (use the bench's shape,
             so the roofline can pair measured and model points).
-        variants: default the whole ladder; ``peers``: PyTorch peers to profile too.
+        variants: names as the records give them (default ``variants.recorded_variants``: the rungs, the
+            teaching rungs, the public operator); ``peers``: PyTorch peers to profile too.
         timeout_s: for the whole profile, retries included.
         evidence: also the per-rung counters (:data:`EVIDENCE_METRICS`); else DRAM bytes and FP32
             instructions only (:data:`NCU_METRICS`, one replay pass per kernel).
@@ -450,7 +452,7 @@ def profile_problem(problem: str, shape: tuple[int, int] | None = None, variants
     """
     spec = problems.get(problem)
     shape = tuple(shape or spec.sizes["seed"])
-    variants = list(variants or spec.variants)
+    variants = list(variants or (v if isinstance(v, str) else v.name for v in recorded_variants(problem)))
     if torch.cuda.is_initialized():
         torch.cuda.empty_cache()  # hand this process's cached blocks back: the child needs the memory
     sms = torch.cuda.get_device_properties(0).multi_processor_count if torch.cuda.is_available() else 0

@@ -12,6 +12,7 @@ storage dtype; the loss comes back in the input's dtype.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 
 import torch
 from torch.nn import _reduction
@@ -269,3 +270,21 @@ def _cross_entropy_2d(input, target, weight, probs, ignore_index, reduction, lab
     if reduction != "none":
         return loss
     return loss.reshape(() if unbatched else out_shape)
+
+
+def on_problem(problem: str) -> Callable[..., torch.Tensor]:
+    """This module's function for ``problem`` called as the problem's reference is, with PyTorch's
+    default options: what a user calls, timed in the records beside the rungs (``losslab.variants``).
+
+    ``cross_entropy(logits, targets)``; ``kl_div(torch.log(p), t, reduction="batchmean")``: it takes
+    log-probabilities (as F.kl_div does), so a caller with the problem's probabilities pays for the
+    ``torch.log``, as eager's and Liger's rows do.
+
+    Raises:
+        ValueError: no function here for ``problem``.
+    """
+    calls = {ce_host.PROBLEM.name: lambda x, t: cross_entropy(x, t),
+             kl_host.PROBLEM.name: lambda p, t: kl_div(torch.log(p), t, reduction="batchmean")}
+    if problem not in calls:
+        raise ValueError(f"problem: losslab.nn.functional has no function for {problem!r}")
+    return calls[problem]

@@ -1,25 +1,43 @@
-"""The ladder's sources as the notebooks show them: each rung's kernel file, its opening comment
-(what the rung does and which flaw of the rung below it fixes), two rungs side by side, and the
-diff between adjacent rungs with the helpers they rely on inlined."""
+"""The ladder's sources as the notebooks show them: each rung's kernel file (the teaching rung,
+kernels/<problem>/ladder/, where the problem has one), its opening comment (what the rung does and
+which flaw of the rung below it fixes), two rungs side by side, the diff between adjacent rungs with
+the helpers they rely on inlined, and the diff from the top teaching rung to the operator's file."""
 from __future__ import annotations
 
 import difflib
 import html
 import re
+from pathlib import Path
 
 from losslab import problems
-from losslab.build import KERNELS, knobs
+from losslab.build import KERNELS, knobs, ladder
 from losslab.present.html import Html, table
 
 
-def kernel_source(problem: str, variant: str) -> str:
-    """The text of ``kernels/<problem>/<variant>.cu``.
+def kernel_path(problem: str, variant: str, *, operator: bool = False) -> Path:
+    """The file a notebook shows for rung ``variant``: the teaching rung
+    ``kernels/<problem>/ladder/<variant>.cu`` where the problem's ladder has it, else (or with
+    ``operator``) the operator's ``kernels/<problem>/<variant>.cu`` (every dtype and option).
 
     Raises:
         ValueError: unknown problem or variant.
     """
     problems.get(problem).check_variant_name(variant)
-    return (KERNELS / problem / f"{variant}.cu").read_text()
+    taught = ladder.folder(problem) / f"{variant}.cu"
+    return taught if taught.exists() and not operator else KERNELS / problem / f"{variant}.cu"
+
+
+def _shown(path: Path) -> str:
+    return path.relative_to(KERNELS.parent).as_posix()
+
+
+def kernel_source(problem: str, variant: str, *, operator: bool = False) -> str:
+    """The text of :func:`kernel_path`'s file.
+
+    Raises:
+        ValueError: unknown problem or variant.
+    """
+    return kernel_path(problem, variant, operator=operator).read_text()
 
 
 def rung_header(problem: str, variant: str) -> str:
@@ -43,17 +61,17 @@ def ladder_summary(problem: str, variants: list[str] | None = None) -> Html:
 
 def side_by_side(problem: str, left: str, right: str) -> Html:
     """The sources of two rungs (e.g. "naive", "shared_memory") as a two-column HTML table,
-    escaped and monospaced, each headed by its path under ``kernels/``.
+    escaped and monospaced, each headed by its path (:func:`kernel_path`).
 
     Raises:
         ValueError: unknown problem or variant.
     """
-    columns = [(v, kernel_source(problem, v)) for v in (left, right)]
-    head = "".join(f'<th style="text-align:left">kernels/{problem}/{html.escape(v)}.cu</th>' for v, _ in columns)
+    columns = [(_shown(kernel_path(problem, v)), kernel_source(problem, v)) for v in (left, right)]
+    head = "".join(f'<th style="text-align:left">{html.escape(v)}</th>' for v, _ in columns)
     cells = "".join('<td style="text-align:left;vertical-align:top;width:50%">'
                     '<pre style="font-family:monospace;font-size:11px;white-space:pre;overflow-x:auto">'
                     f"{html.escape(src)}</pre></td>" for _, src in columns)
-    plain = "\n\n".join(f"==> kernels/{problem}/{v}.cu <==\n{src}" for v, src in columns)
+    plain = "\n\n".join(f"==> {v} <==\n{src}" for v, src in columns)
     return Html(f'<table style="table-layout:fixed;width:100%"><tr>{head}</tr><tr>{cells}</tr></table>',
                 plain=plain)
 
@@ -93,22 +111,24 @@ def helper_source(header: str, name: str) -> str:
     return "\n".join(lines[top:end + 1])
 
 
-def rung_diff(problem: str, lower: str, upper: str, context: int = 2) -> Html:
+def rung_diff(problem: str, lower: str, upper: str, context: int = 2, *, to_operator: bool = False) -> Html:
     """The lines that change from ``lower`` to ``upper`` (a unified diff of the two kernel files,
-    ``context`` lines around each change), with each helper of :data:`HELPERS` that the added
-    lines call inlined (as ``|`` lines) after the first added line that calls it. The lower
-    rung's names (``<problem>_<lower>_...``, and its knob macros ``LOSSLAB_<PROBLEM>_<LOWER>_...``)
+    :func:`kernel_path`, ``context`` lines around each change), with each helper of :data:`HELPERS`
+    that the added lines call inlined (as ``|`` lines) after the first added line that calls it. The
+    lower rung's names (``<problem>_<lower>_...``, and its knob macros ``LOSSLAB_<PROBLEM>_<LOWER>_...``)
     are read as the upper's, so a renamed kernel, launcher or knob whose body is the same is no change.
+    ``to_operator``: ``upper`` is the operator's file (``kernel_path(..., operator=True)``): what every
+    dtype and option add to the top teaching rung.
 
     Raises:
         ValueError: unknown problem or variant.
     """
-    renamed = kernel_source(problem, lower).replace(f"{problem}_{lower}_", f"{problem}_{upper}_").replace(
+    lower_path, upper_path = kernel_path(problem, lower), kernel_path(problem, upper, operator=to_operator)
+    renamed = lower_path.read_text().replace(f"{problem}_{lower}_", f"{problem}_{upper}_").replace(
         knobs.macro_prefix(problem, lower), knobs.macro_prefix(problem, upper))
-    a, b = renamed.splitlines(), kernel_source(problem, upper).splitlines()
+    a, b = renamed.splitlines(), upper_path.read_text().splitlines()
     out, shown = [], set()
-    for line in difflib.unified_diff(a, b, f"kernels/{problem}/{lower}.cu", f"kernels/{problem}/{upper}.cu",
-                                     n=context, lineterm=""):
+    for line in difflib.unified_diff(a, b, _shown(lower_path), _shown(upper_path), n=context, lineterm=""):
         out.append(line)
         if not line.startswith("+") or line.startswith("+++"):
             continue
@@ -119,6 +139,8 @@ def rung_diff(problem: str, lower: str, upper: str, context: int = 2) -> Html:
                 body = "\n".join(helper_source(header, n) for n in names)
                 out += [f"|   {text}" for text in [f"--- {called}, from kernels/{header}:", *body.splitlines(),
                                                       "--- end of helper"]]
+    added = sum(1 for line in out if line.startswith("+") and not line.startswith("+++"))
+    removed = sum(1 for line in out if line.startswith("-") and not line.startswith("---"))
     text = "\n".join(out) or f"{lower} and {upper} have the same source"
 
     def styled(line: str) -> str:
@@ -126,5 +148,7 @@ def rung_diff(problem: str, lower: str, upper: str, context: int = 2) -> Html:
         return f'<span style="color:{color}">{html.escape(line)}</span>'
 
     body = "\n".join(styled(line) for line in out)
-    return Html(f'<pre style="font-family:monospace;font-size:11px;white-space:pre;overflow-x:auto">{body}</pre>',
-                plain=text)
+    tall = "max-height:40em;overflow-y:auto;" if to_operator else ""
+    head = f"<p>{added} lines added, {removed} removed</p>" if to_operator else ""
+    return Html(f'{head}<pre style="font-family:monospace;font-size:11px;white-space:pre;overflow-x:auto;{tall}">'
+                f'{body}</pre>', plain=(f"{added} lines added, {removed} removed\n" if to_operator else "") + text)

@@ -19,9 +19,10 @@ import tempfile
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from losslab import problems, records
-from losslab.build import KERNELS, BuildError
+from losslab import records
+from losslab.build import BuildError
 from losslab.present.html import Html, message, table
+from losslab.present.ladder import kernel_path
 
 # the instruction families a step of the ladder changes, in the order the tables show them
 FAMILIES = {
@@ -53,16 +54,32 @@ class KernelCode:
         return sum(bool(re.search(FAMILIES[family], line)) for line in self.lines)
 
 
+def _name_and_rest(mangled: str) -> tuple[str, str]:
+    """The kernel's own name and what follows it in the mangled name: ``_Z34kl_div_..._kernelPKf``
+    (a free function) or ``_ZN<len><namespace><len><name>E...`` (in a namespace, e.g. the anonymous
+    one a teaching rung's kernels live in)."""
+    nested = mangled.startswith("_ZN")
+    at, name = (3 if nested else 2), ""
+    while (found := re.match(r"\d+", mangled[at:])):
+        at += len(found.group(0))
+        name, at = mangled[at:at + int(found.group(0))], at + int(found.group(0))
+        if not nested:
+            break
+    return (name, mangled[at:].removeprefix("E") if nested else mangled[at:]) if name else (mangled, "")
+
+
+ENTRY_FORMAT = 2  # bumped when what an entry holds changes (2: kernel names read inside namespaces)
+
+
 def _plain_name(mangled: str) -> str:
-    """``_Z34kl_div_warp_shuffle_forward_kernelPKf...`` -> ``kl_div_warp_shuffle_forward_kernel``."""
-    found = re.match(r"_Z(\d+)", mangled)
-    return mangled[len(found.group(0)):len(found.group(0)) + int(found.group(1))] if found else mangled
+    """``_Z34kl_div_warp_shuffle_forward_kernelPKf...`` -> ``kl_div_warp_shuffle_forward_kernel``;
+    ``_ZN..._GLOBAL__N__..14forward_kernelEPKf...`` -> ``forward_kernel``."""
+    return _name_and_rest(mangled)[0]
 
 
 def _is_float32(mangled: str) -> bool:
     """Untemplated kernels, or the float instantiation of a template (``<name>IfE...``)."""
-    found = re.match(r"_Z(\d+)", mangled)
-    rest = mangled[len(found.group(0)) + int(found.group(1)):] if found else ""
+    rest = _name_and_rest(mangled)[1]
     return not rest.startswith("I") or rest.startswith("IfE")
 
 
@@ -74,7 +91,7 @@ def _compile(problem: str, rung: str, arch: str) -> list[KernelCode]:
     from losslab.build import sass
 
     with tempfile.TemporaryDirectory() as tmp:
-        cubin, report = sass.compile_cubin(KERNELS / problem / f"{rung}.cu", arch, Path(tmp))
+        cubin, report = sass.compile_cubin(kernel_path(problem, rung), arch, Path(tmp))
         resources = {r.kernel: r for r in sass.resource_usage(report, arch)}
         disassembly = sass.disassemble(cubin)
     out = []
@@ -151,13 +168,14 @@ def _write_entry(path: Path, kernels: list[KernelCode]) -> None:
 
 
 def rung_code(problem: str, rung: str, arch: str = "sm_90") -> list[KernelCode] | None:
-    """The float32 kernels of ``kernels/<problem>/<rung>.cu`` compiled for ``arch``, or None
-    where nvcc or cuobjdump is missing.
+    """The float32 kernels of the rung's file as the notebooks show it (``present.ladder.kernel_path``:
+    the teaching rung where there is one) compiled for ``arch``, or None where nvcc or cuobjdump is
+    missing.
 
     Compiling a rung takes nvcc a few seconds, so results are cached per (problem, rung, arch)
     under the system's temporary folder (``losslab-sass``; TMPDIR moves it), keyed by the hash of
-    the sources a measurement depends on (``records.sources_sha256``) and by the compiler
-    (:func:`compiler_key`): a changed kernel or another nvcc is compiled again. Entries are
+    the sources a measurement depends on (``records.sources_sha256``) and of the rung's own file, and
+    by the compiler (:func:`compiler_key`): a changed kernel or another nvcc is compiled again. Entries are
     written whole (a temporary file renamed into place) and checked when read: a truncated or
     foreign entry is compiled again and replaced. A cache folder that cannot be written costs
     the cache, not the result (one line on stderr says so).
@@ -165,9 +183,11 @@ def rung_code(problem: str, rung: str, arch: str = "sm_90") -> list[KernelCode] 
     Raises:
         ValueError: unknown problem or rung.
     """
-    problems.get(problem).check_variant_name(rung)
+    path = kernel_path(problem, rung)
+    own = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
     try:
-        key = _CACHE / records.sources_sha256(problem)[:16] / f"{problem}-{rung}-{arch}-{compiler_key()}.json"
+        entry = f"{problem}-{rung}-{own}-{arch}-{compiler_key()}-v{ENTRY_FORMAT}.json"
+        key = _CACHE / records.sources_sha256(problem)[:16] / entry
     except BuildError:
         return None
     kernels = _read_entry(key)

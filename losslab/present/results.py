@@ -17,8 +17,8 @@ from pathlib import Path
 
 import torch
 
-from losslab import problems, records
-from losslab.build import ROOT, knobs
+from losslab import ops, problems, records
+from losslab.build import ROOT, knobs, ladder
 from losslab.present.html import GOOD, WARN, Html, format_date, message
 
 METADATA_KEY = "losslab"  # output metadata key under which a banner records what a notebook shows
@@ -60,7 +60,7 @@ def same_device(a: str, b: str) -> bool:
 def load_results(problem: str, *, device: str | None = None, size: str = "seed",
                  variants: list[str] | None = None, repeats: int = 20, live: bool | None = None,
                  results_dir: Path | str | None = None, ncu: bool = False,
-                 checks: bool = True) -> records.Section | None:
+                 checks: bool = True, taught: bool = False) -> records.Section | None:
     """One problem's results at one shape and dtype: measured now on the GPU, or else the newest record.
 
     Args:
@@ -74,6 +74,8 @@ def load_results(problem: str, *, device: str | None = None, size: str = "seed",
         results_dir: the folder of records (default ``reports/results/``).
         ncu: a live run also profiles each kernel once with Nsight Compute.
         checks: a live run also checks every variant against float64 first (minutes at all sizes).
+        taught: the teaching ladder (kernels/<problem>/ladder/, float32) in the rungs' place
+            (``Section.taught``): what notebooks 01 and 02 list is what they time.
 
     Returns the Section (``source`` "live" or "recorded"; recorded: the seed size in float32
     when held, see ``Section.view``); None when not live and nothing is recorded for
@@ -95,12 +97,15 @@ def load_results(problem: str, *, device: str | None = None, size: str = "seed",
         if here is None:
             raise RuntimeError("live=True needs a CUDA GPU and none is visible here; "
                                "use live=None or False to render the recorded results")
-        return records.measure_section(problem, size, variants, repeats=repeats, ncu=ncu, check=checks).view()
+        names = variants or (ladder.rungs(problem) if taught else None)
+        measured = [f"{v} {ops.LADDER_TAG}" for v in names] if taught else names
+        section = records.measure_section(problem, size, measured, repeats=repeats, ncu=ncu, check=checks)
+        return (section.taught() if taught else section).view()
     try:
         section = records.latest_section(problem, device, Path(results_dir) if results_dir else records.RESULTS_DIR)
     except LookupError:
         return None
-    section = section.view()
+    section = (section.taught() if taught else section).view()
     if variants:  # show the rungs asked for (and the peers), as a live run would
         section = dataclasses.replace(
             section, rows=[r for r in section.rows if r.kind == "peer" or r.implementation in variants],

@@ -229,3 +229,45 @@ def records_table(results_dir: Path | str | None = None) -> Html:
     head = ["device", "problem", "sizes; dtypes", "runs (UTC)", "versions", "sources sha256", "matches the sources now"]
     caption = f"Recorded results under {html.escape(shown_path(folder))}"
     return Html(table(head, body, caption, text_columns=5), plain="\n".join(plain))
+
+
+def operator_table(problem: str, device: str | None = None, results_dir: Path | str | None = None) -> Html:
+    """From the top teaching rung to the operator, timed: at the record's seed size, forward and
+    forward+backward median ms (L2 flushed) of the top teaching rung (float32), of the operator's
+    kernels of the same name and of the public operator (``losslab.nn``, PyTorch's default options)
+    in every dtype recorded, each with its time over the teaching rung's in float32 (×). What
+    dtypes and options cost, or save, in time; the diff shows them in code.
+
+    A record without teaching or operator rows (made before they were recorded) says so."""
+    from losslab.build import ladder
+    from losslab.ops import LADDER_TAG, OPERATOR
+
+    try:
+        section = records.latest_section(problem, device, Path(results_dir) if results_dir else records.RESULTS_DIR)
+    except LookupError as err:
+        return no_results(str(err))
+    top = ladder.rungs(problem)[-1]
+    taught = f"{top} {LADDER_TAG}"
+    seed = tuple(problems.get(problem).sizes["seed"])
+    rows = [r for r in section.rows if tuple(r.shape) == seed]
+    times = {(r.implementation, r.dtype, r.direction): r.median_ms for r in rows}
+    base = {d: times.get((taught, "float32", d)) for d in ("forward", "forward_backward")}
+    if not all(base.values()) or not any(r.implementation == OPERATOR for r in rows):
+        return message(f"the {section.device} record of {problem} holds no teaching rung or public operator rows "
+                       f"at {seed[0]}x{seed[1]}: re-record with scripts/gpu_suite.sh")
+    body, plain = [], []
+    for name, label in ((taught, f"teaching {top} (kernels/{problem}/ladder/{top}.cu)"),
+                        (top, f"operator kernels {top} (kernels/{problem}/{top}.cu)"),
+                        (OPERATOR, f"{OPERATOR}.functional, default options")):
+        for dtype in section.dtypes:
+            cells = [times.get((name, dtype, d)) for d in ("forward", "forward_backward")]
+            if not any(cells):
+                continue
+            shown = [f"{ms:.3f} (×{ms / base[d]:.2f})" if ms else "—"
+                     for ms, d in zip(cells, ("forward", "forward_backward"), strict=True)]
+            body.append([html.escape(label), dtype, *shown])
+            plain.append(f"{label:<58} {dtype:<9} " + "  ".join(f"{c:>16}" for c in shown))
+    caption = (f"{problem} at {seed[0]}x{seed[1]} on {section.device}: median ms per call, × the teaching "
+               f"{top} in float32")
+    return Html(table(["implementation", "dtype", "forward ms", "forward+backward ms"], body, caption,
+                      text_columns=2), plain=caption + "\n" + "\n".join(plain))

@@ -230,6 +230,17 @@ class Problem:
         return self.host.backward(getattr(build.load_extension(self.name), rung.backward),
                                   rung.writes_grad_in_forward, saved, grad_loss, out=out)
 
+    def condition_parts(self, *inputs64: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(sum of |a_i| + |b_i|, sum of a_i - b_i) for the terms a_i - b_i the loss sums, from float64
+        inputs: the condition number the evaluator's tolerance follows
+        (``losslab.kernelbench.verdict.condition_number``; Higham, *Accuracy and Stability of Numerical
+        Algorithms*, 2nd ed., section 4.2).
+
+        Raises:
+            NotImplementedError: the problem does not say (its condition is taken as 1).
+        """
+        raise NotImplementedError(f"problem: {self.name} has no condition terms")
+
     def reference_float64(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Loss and gradient w.r.t. the first input from the reference in float64, with
         autograd; the yardstick every variant is checked against."""

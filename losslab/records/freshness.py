@@ -11,9 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from losslab import build, problems
-from losslab.build import KERNELS, ROOT
-
-LADDER = "ladder"  # kernels/<problem>/ladder/ and build/csrc/<problem>_ladder.cpp: the teaching ladder
+from losslab.build import KERNELS, ROOT, ladder
 
 
 def _files(folder: Path) -> list[Path]:
@@ -22,24 +20,24 @@ def _files(folder: Path) -> list[Path]:
 
 def measured_sources(problem: str, root: Path | None = None) -> list[Path]:
     """Every file a measurement of ``problem`` depends on, sorted: ``kernels/common``,
-    ``kernels/<problem>`` and ``kernels/ceilings`` (the bandwidth ceilings the rows are a fraction
-    of), the bindings in ``losslab/build/csrc`` (but other problems'), the host launch code in
-    ``losslab/problems`` (but other problems' packages) and ``losslab/ops.py``, and the build
-    module that holds the compiler flags. ``root``: the repository (default this one).
-
-    The teaching ladder (``kernels/<problem>/ladder/`` and its binding) is left out: no record
-    row measures it yet, so a change to it changes no recorded measurement."""
+    ``kernels/<problem>`` (the operators' kernels and the teaching ladder's) and ``kernels/ceilings``
+    (the bandwidth ceilings the rows are a fraction of), the bindings in ``losslab/build/csrc`` (but
+    other problems'), the host launch code in ``losslab/problems`` (but other problems' packages),
+    ``losslab/ops.py``, ``losslab/nn/`` (the public operator's host code) and
+    ``losslab/variants.py``, and the build modules that hold the compiler flags. ``root``: the
+    repository (default this one)."""
     root = Path(root or ROOT)
     others = set(problems.names()) - {problem}
     kernels = root / KERNELS.relative_to(ROOT)
-    builder = Path(inspect.getsourcefile(inspect.unwrap(build.load_extension))).resolve().relative_to(ROOT)
-    own = [p for p in _files(kernels / problem) if LADDER not in p.relative_to(kernels / problem).parts[:-1]]
-    files = [*_files(kernels / "common"), *own, *_files(kernels / "ceilings")]
+    builders = {Path(inspect.getsourcefile(inspect.unwrap(f))).resolve().relative_to(ROOT)
+                for f in (build.load_extension, ladder.load_ladder)}
+    files = [*_files(kernels / "common"), *_files(kernels / problem), *_files(kernels / "ceilings")]
     files += [p for p in _files(root / build.CSRC.relative_to(ROOT))
-              if p.stem not in others and not p.stem.endswith(f"_{LADDER}")]
+              if p.stem.removesuffix(f"_{ladder.LADDER}") not in others]
     packages = root / "losslab" / "problems"
     files += [p for p in _files(packages) if p.suffix == ".py" and p.relative_to(packages).parts[0] not in others]
-    files += [root / "losslab" / "ops.py", root / builder]
+    files += [p for p in _files(root / "losslab" / "nn") if p.suffix == ".py"]
+    files += [root / "losslab" / "ops.py", root / "losslab" / "variants.py", *(root / b for b in builders)]
     return sorted(set(files))
 
 

@@ -12,7 +12,8 @@ from collections.abc import Sequence
 
 import torch
 
-from losslab import problems
+from losslab import ops, problems
+from losslab import variants as recorded
 from losslab.measure.bench import (
     SWEEP_DIRECTIONS,
     SWEEP_SHAPES,
@@ -72,7 +73,8 @@ def measure_section(problem: str, size="seed", variants: list | None = None, *, 
 
     Args:
         size: a size name of the problem or a (rows, columns) pair: the bench's shape.
-        variants: rung names or variant objects (default the whole ladder); [] times peers only.
+        variants: names the records give them or variant objects (default ``variants.recorded_variants``:
+            the rungs, the teaching rungs, the public operator); [] times peers only.
         peers: of ``measure.peers.PEERS``; one that cannot run here (``peers.missing_peers``) is a
             :class:`Skipped` in ``section.skipped`` at each dtype, its reason printed once.
         dtypes: of :data:`DTYPES` (a dtype no variant takes is skipped unless ``variants`` is []).
@@ -91,16 +93,15 @@ def measure_section(problem: str, size="seed", variants: list | None = None, *, 
             raise ValueError(f"dtypes: unknown dtype {name!r}; expected some of {', '.join(DTYPES)}")
     if repeats < 1:
         raise ValueError(f"repeats: expected at least 1, got {repeats}")
-    for v in variants or []:
-        if isinstance(v, str):
-            spec.check_variant_name(v)
+    variants = recorded.recorded_variants(problem) if variants is None else \
+        [recorded.find_variant(problem, v) if isinstance(v, str) else v for v in variants]
     ceilings = ceilings or measure_ceilings()
     bandwidth = {"read": ceilings["read_gbps"], "copy": ceilings["copy_gbps"]}
     checks = []
     if check:
         checks = check_problem(problem, check_variants if check_variants is not None else variants,
                                list(check_sizes) if check_sizes else None, edge_cases=edge_cases, progress=progress)
-    timed = spec.variants if variants is None else variants
+    timed = variants
     rows, skipped, missing = [], [], _missing_peers(problem, peers, progress)
     for name in dtypes:
         dtype = getattr(torch, name)
@@ -117,7 +118,8 @@ def measure_section(problem: str, size="seed", variants: list | None = None, *, 
     section = Section(problem, stamp["device"], stamp["multiprocessors"], stamp["memory_bytes"],
                       stamp["compute_capability"], rows, checks, ceilings, None, "live", skipped)
     if ncu:
-        section.ncu = profile_problem(problem, shape, [v for v in timed if isinstance(v, str)], tuple(peers))
+        named = [v if isinstance(v, str) else v.name for v in timed if isinstance(v, str | ops.Variant)]
+        section.ncu = profile_problem(problem, shape, named, tuple(peers))
     return section
 
 
@@ -127,7 +129,8 @@ def measure_sweep(problem: str, shapes: Sequence[tuple[int, int]] | None = None,
                   progress: bool = True) -> Section:
     """Time ``problem`` over a range of shapes now on the current GPU into a live Section (not saved).
 
-    At each shape and dtype: every rung with kernels for the dtype and every peer, forward and
+    At each shape and dtype: every rung with kernels for the dtype, the public operator
+    (``variants.operator_variant``; the teaching rungs are timed at the seed only) and every peer, forward and
     forward+backward (``directions``), per call, back to back and on the host (no float64
     checks: ``measure_section`` and the gpu tier make those; each row still records its error
     against float64). Fewer repeats at large shapes (``bench.sweep_repeats``). A rung hopeless
@@ -167,7 +170,8 @@ def measure_sweep(problem: str, shapes: Sequence[tuple[int, int]] | None = None,
                 skipped.append(Skipped(problem, shape, name, "*", f"needs about {needed / 1e9:.1f} GB of device "
                                                                   f"memory; {free / 1e9:.1f} GB are free"))
                 continue
-            variants = [v for v in spec.variants if dtype in spec.dtypes(v)]
+            variants = [v for v in [*spec.variants, recorded.operator_variant(problem)]
+                        if dtype in (spec.dtypes(v) if isinstance(v, str) else v.dtypes)]
             for v in variants:
                 if reason := hopeless_reason(problem, v, shape):
                     skipped.append(Skipped(problem, shape, name, v, reason))

@@ -8,6 +8,7 @@ section, rows per dtype: :data:`OLDER_FORMAT_KEYS`) is refused, to be re-recorde
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
@@ -18,6 +19,7 @@ from losslab import problems
 from losslab.measure.bench import BenchRow, Skipped, flag_physical_floor, set_speedups
 from losslab.measure.check import CheckResult
 from losslab.measure.ncu import Profile
+from losslab.ops import LADDER_TAG
 from losslab.records.freshness import sources_sha256
 
 _ROW_FIELDS = {f.name for f in fields(BenchRow)}
@@ -89,6 +91,29 @@ class Section:
         shape = tuple(shape) if shape is not None else self.primary_shape
         dtype = dtype or self.primary_dtype
         return [r for r in self.rows if tuple(r.shape) == shape and r.dtype == dtype]
+
+    def taught(self) -> Section:
+        """The teaching ladder's view of this section: its rows, checks and ncu counters of kind
+        "ladder" (``"fused [ladder]"``, kernels/<problem>/ladder/) under their rungs' names as
+        variants, in place of the operators' rungs; the peers kept, the public operator left out.
+        What notebooks 01 and 02 show: the kernels they list are the ones timed. A section without
+        teaching rows (recorded before they were) is returned as it is."""
+        def rung(name: str) -> str:
+            return name.removesuffix(LADDER_TAG).strip()
+
+        if not any(r.kind == "ladder" for r in self.rows):
+            return self
+        rows = [dataclasses.replace(r, implementation=rung(r.implementation), kind="variant")
+                if r.kind == "ladder" else r for r in self.rows if r.kind in ("ladder", "peer")]
+        checks = [dataclasses.replace(c, variant=rung(c.variant)) for c in self.checks
+                  if c.variant.endswith(LADDER_TAG)]
+        ncu = self.ncu
+        if ncu is not None:
+            ncu = dataclasses.replace(ncu, records=[
+                dataclasses.replace(c, implementation=rung(c.implementation), kind="variant")
+                if c.implementation.endswith(LADDER_TAG) else c
+                for c in ncu.records if c.implementation.endswith(LADDER_TAG) or c.kind == "peer"])
+        return dataclasses.replace(self, rows=rows, checks=checks, ncu=ncu)
 
     def view(self, shape=None, dtype: str | None = None) -> Section:
         """A copy holding only the rows at one shape and dtype (see :meth:`select`); checks, ceilings

@@ -52,6 +52,13 @@ class CrossEntropy(Problem):
 
         return lambda x, y: liger_cross_entropy(x, y)
 
+    def condition_parts(self, logits, targets):
+        """sum (|lse_i| + |x_i,t|) and sum (lse_i - x_i,t) over the rows whose target is not ignored."""
+        valid = targets >= 0  # ignore_index (-100) rows are not in the mean
+        lse = torch.logsumexp(logits, -1)[valid]
+        picked = logits.gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)[valid]
+        return lse.abs().sum() + picked.abs().sum(), (lse - picked).sum()
+
     def quack_op(self):
         """quack's ``cross_entropy`` as a user calls it, ``quack.cross_entropy(logits, targets)`` with
         mean reduction and ignore_index -100 (logits (B, C) float32/bfloat16/float16, targets (B,)

@@ -39,6 +39,15 @@ class KLDiv(Problem):
 
         return lambda p, t: liger_kl_div(torch.log(p), t, reduction="batchmean")
 
+    def condition_parts(self, predictions, targets):
+        """sum (|t log t| + |t log p|) and sum (t log t - t log p), one temporary at a time."""
+        a = torch.xlogy(targets, targets)
+        total = a.sum()
+        magnitude = a.abs_().sum()
+        del a
+        b = predictions.log().mul_(targets)
+        return magnitude + b.abs().sum(), total - b.sum()
+
     def reference(self, predictions: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         return F.kl_div(torch.log(predictions), targets, reduction="batchmean")
 
