@@ -213,10 +213,12 @@ def _shape_for(problem: str, size) -> tuple[int, int]:
 
 
 def _check_variants(names: list[str], variants: list[str] | None) -> None:
+    from losslab.variants import find_variant
+
     for name in names:
         for v in variants or []:
             try:
-                problems.get(name).check_variant_name(v)
+                find_variant(name, v)
             except ValueError as err:
                 raise UsageError("--variants", str(err).removeprefix("variant: ")) from None
 
@@ -615,7 +617,8 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("problems", nargs=nargs, type=_problem, metavar="problem",
                        help=f"one or more of: {', '.join(problems.names())}")
         p.add_argument("--variants", type=_names, default=None,
-                       help="comma-separated variants (default: the whole ladder)")
+                       help="comma-separated variants: rungs, teaching rungs ('fused [ladder]') or the public "
+                            "operator ('losslab.nn') (default: all of them)")
         p.add_argument("--json", type=_output_file, help="also write the full results as JSON to this path")
 
     check = sub.add_parser("check", help="check variants against a float64 reference (GPU)")

@@ -89,15 +89,21 @@ def _cells(section: records.Section, dtype: str, direction: str) -> dict[tuple, 
     return found
 
 
+def host_bound(row: records.BenchRow) -> bool:
+    """Whether a call of ``row``'s implementation takes the host longer to return than the GPU to run
+    (host ms per call above the median GPU ms per call): a lone call then costs its host time."""
+    return row.host_ms is not None and row.host_ms > row.median_ms
+
+
 def sweep_markdown(problem: str, sections: Sequence[records.Section]) -> str:
     """A markdown table of ``problem``'s sweep on each device of ``sections`` (one Section per
     device): per dtype and direction, at each shape of ``bench.SWEEP_SHAPES`` that some device
     recorded, the median ms per call (L2 flushed) of what a user calls (:data:`OPERATOR`), of the
     best losslab rung and of each peer in :data:`SWEEP_PEERS` that some device ran ("—" where it
-    did not run); then the cells where a peer was faster than the operator (than the best rung in a
-    record without operator rows), the cells where the operator is behind the best rung by more
-    than max(3 %, 1 µs), each device's date and versions, and a note for results measured on
-    other sources than the repository's."""
+    did not run; ``*`` marks a :func:`host_bound` time); then the cells where a peer was faster
+    than the operator (than the best rung in a record without operator rows), the cells where
+    the operator is behind the best rung by more than max(3 %, 1 µs), each device's date and
+    versions, and a note for results measured on other sources than the repository's."""
     cells = {(s.device, d, di): _cells(s, d, di) for s in sections for d in ("float32", "bfloat16")
              for di in SWEEP_DIRECTIONS}
     shapes = [s for s in SWEEP_SHAPES[problem] if any(s in c for c in cells.values())]
@@ -114,8 +120,8 @@ def sweep_markdown(problem: str, sections: Sequence[records.Section]) -> str:
             best, operator = cell.get("best"), cell.get(OPERATOR)
             mine = operator or best
             where = f"{short_device(device)} {dtype} {direction} {'×'.join(map(str, shape))}"
-            row.append(" / ".join(f"{cell[k].median_ms:.3f}" if k in cell else "—"
-                                  for k in (OPERATOR, "best", *peers)))
+            row.append(" / ".join(f"{cell[k].median_ms:.3f}{'*' if host_bound(cell[k]) else ''}" if k in cell
+                                  else "—" for k in (OPERATOR, "best", *peers)))
             faster = [cell[p] for p in peers if mine and p in cell and cell[p].median_ms < mine.median_ms]
             behind += [f"{where}: {p.implementation} {p.median_ms:.4f} ms, {mine.implementation} "
                        f"{mine.median_ms:.4f}" for p in faster]
@@ -126,6 +132,8 @@ def sweep_markdown(problem: str, sections: Sequence[records.Section]) -> str:
     counted = sum(1 for c in cells.values() for s in shapes if c.get(s, {}).get("best"))
     out = [f"{problem}: median ms per call (L2 flushed), {OPERATOR} / best losslab rung / {' / '.join(peers)}",
            "", *lines, ""]
+    out.append("\\* host-bound: the host takes longer to issue the call than the GPU to run it (its host ms "
+               "per call, in the record, is above the GPU time shown), so a lone call costs its host time.")
     out.append(f"{' or '.join(peers) or 'A peer'} is faster than what a user calls in {len(behind)} of {counted} "
                "cells" + (":" if behind else "."))
     out += [f"- {b}" for b in behind]

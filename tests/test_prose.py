@@ -353,3 +353,20 @@ def test_11_every_ladder_that_includes_cross_entropy_names_cluster(name):
         rest = text[m.start():text.find("\n\n", m.end())]
         assert re.search(r"`cluster`|\*\*cluster\*\*", rest), f"{name}: the rung not named: {paragraph.strip()[:120]!r}"
     assert problems.get("cross_entropy").variants[-1] == "cluster"
+
+
+def test_the_readme_times_what_users_call_only_from_the_operator_rows():
+    """What users call (losslab.nn) is timed in the README only inside the generated blocks, whose
+    column reads the record's operator rows ("losslab.nn"); outside them no line naming it carries
+    a measured time or ratio, which would be a rung's number quoted as the operator's."""
+    from losslab.ops import OPERATOR
+
+    text = (ROOT / "README.md").read_text()
+    generated = re.compile(r"<!-- (summary|sweep)[^>]*:begin -->.*?<!-- (summary|sweep)[^>]*:end -->", re.DOTALL)
+    blocks = [m.group(0) for m in generated.finditer(text)]
+    assert blocks and all(OPERATOR in block for block in blocks)
+    measured = re.compile(r"\d+(\.\d+)?\s*(ms|µs|us|GB/s|TB/s|%)|\bx\d+\.\d+|×\s*\d")
+    outside = generated.sub("", text)
+    quoted = [line for line in outside.splitlines()
+              if ("losslab.nn" in line or "public operator" in line) and measured.search(line)]
+    assert not quoted, quoted

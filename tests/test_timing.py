@@ -63,3 +63,38 @@ def test_setup_state_is_passed_and_not_timed():
     t = timing.time_cuda(backward, repeats=4, warmup_ms=1.0, setup=setup)
     assert t.back_to_back_ms is not None and seen and all(isinstance(s, torch.Tensor) for s in seen)
     assert timing.peak_extra_memory(backward, setup) >= x.numel() * 4  # the gradient it returns
+
+
+def test_compile_events_count_each_compilation_and_graph_break():
+    """On the CPU: a new shape under dynamic=False is one more frame compiled; a graph break one more."""
+    from losslab.measure.timing import compile_events
+
+    torch._dynamo.reset()
+    double = torch.compile(lambda x: x * 2, dynamic=False)
+    before = compile_events()
+    double(torch.ones(3))
+    double(torch.ones(3))  # cached: no compilation
+    assert compile_events() - before == 1
+    double(torch.ones(4))
+    assert compile_events() - before == 2
+
+    def broken(x):
+        torch._dynamo.graph_break()
+        return x + 1
+
+    before = compile_events()
+    torch.compile(broken)(torch.ones(2))
+    assert compile_events() - before >= 2  # the frames around the break, and the break
+
+
+@pytest.mark.gpu
+def test_a_compilation_while_timed_is_counted_and_none_when_warm():
+    from losslab.measure.timing import time_cuda
+
+    torch._dynamo.reset()
+    sizes = iter(range(1, 1000))
+    double = torch.compile(lambda x: x * 2, dynamic=False)
+    timing = time_cuda(lambda: double(torch.ones(next(sizes), device="cuda")), repeats=3, warmup_ms=0)
+    assert timing.compiles_while_timed >= 3  # a new shape each call: compiled while timed
+    x = torch.ones(4096, device="cuda")
+    assert time_cuda(lambda: double(x), repeats=3).compiles_while_timed == 0

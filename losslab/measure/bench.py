@@ -19,7 +19,7 @@ from losslab import problems
 from losslab.measure.ceilings import bandwidth_kind, measure_bandwidth, physical_floor
 from losslab.measure.check import relative_error
 from losslab.measure.peers import PEERS, peer_implementations
-from losslab.measure.timing import FLUSH_BYTES, flush_buffer, peak_extra_memory, time_cuda
+from losslab.measure.timing import FLUSH_BYTES, compile_events, flush_buffer, peak_extra_memory, time_cuda
 from losslab.ops import variant as get_variant
 from losslab.variants import find_variant
 
@@ -69,6 +69,7 @@ class BenchRow:
     speedup: dict[str, float] = field(default_factory=dict)  # over each peer's median
     back_to_back_ms: float | None = None
     host_ms: float | None = None
+    compiles: int = 0  # torch.compile compilations (frames and graph breaks) while this row was warmed up and timed
     floor_ms: float | None = None
     below_floor: bool = False
     floor_note: str = ""
@@ -190,7 +191,8 @@ def bench_problem(problem: str, shape: tuple[int, int] | None = None, variants: 
                   peers: tuple[str, ...] = PEERS, repeats: int = 20, seed: int = 0,
                   bandwidth: dict[str, float] | None = None, progress: bool = True,
                   dtype: torch.dtype = torch.float32,
-                  directions: tuple[str, ...] = problems.DIRECTIONS) -> list[BenchRow]:
+                  directions: tuple[str, ...] = problems.DIRECTIONS,
+                  rejected: list[Skipped] | None = None) -> list[BenchRow]:
     """Time each variant and peer of ``problem`` forward, backward and forward+backward.
 
     Gradients flow as in training, ``loss.backward()``: grad_loss = 1 (check.py covers
@@ -205,6 +207,8 @@ def bench_problem(problem: str, shape: tuple[int, int] | None = None, variants: 
         bandwidth: measured ceilings in GB/s, keys "read" and "copy"
             (``ceilings.measure_bandwidth()`` if None).
         directions: the directions timed (default all of ``problems.DIRECTIONS``).
+        rejected: where a measurement during which torch.compile compiled (or broke its graph)
+            goes, as a :class:`Skipped` with the count, instead of a row (printed too).
     Returns one BenchRow per (implementation, direction), with speedups over the peers.
     """
     spec = problems.get(problem)
@@ -217,7 +221,7 @@ def bench_problem(problem: str, shape: tuple[int, int] | None = None, variants: 
     reference = spec.reference_float64(*inputs)
     grad_loss = torch.tensor(1.0, device="cuda")
     flush = flush_buffer()
-    rows = []
+    rows, rejected = [], rejected if rejected is not None else []
     for name, (kind, fn) in implementations(problem, variants, peers).items():
         if progress:
             print(f"  timing {problem} {name} at {shape[0]}x{shape[1]} ...", file=sys.stderr, flush=True)
@@ -238,12 +242,20 @@ def bench_problem(problem: str, shape: tuple[int, int] | None = None, variants: 
                 continue
             cost = spec.cost(shape, direction, dtype)
             ceiling = bandwidth_kind(cost.bytes_written)
+            began = compile_events()
             timing = time_cuda(call, repeats=repeats, flush=flush, setup=setup)
+            if timing.compiles_while_timed:  # timed compilation, not compiled code: no result
+                why = (f"torch.compile compiled or broke its graph {timing.compiles_while_timed} time(s) while "
+                       f"{direction} was timed: rejected")
+                print(f"  {name} {direction} at {shape[0]}x{shape[1]}: {why}", file=sys.stderr, flush=True)
+                rejected.append(Skipped(problem, shape, str(dtype).removeprefix("torch."), name, why))
+                continue
             gbps = cost.bytes / timing.median_ms / 1e6
             row = BenchRow(problem, name, kind, direction, shape, str(dtype).removeprefix("torch."),
                            timing.median_ms, timing.p10_ms, timing.p90_ms, repeats, gbps, ceiling,
                            gbps / bandwidth[ceiling], peak_extra_memory(call, setup), errors[direction],
-                           back_to_back_ms=timing.back_to_back_ms, host_ms=timing.host_ms)
+                           back_to_back_ms=timing.back_to_back_ms, host_ms=timing.host_ms,
+                           compiles=compile_events() - began)
             rows.append(flag_physical_floor(row, device))
     set_speedups(rows)
     return rows

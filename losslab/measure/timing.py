@@ -23,7 +23,10 @@ class Timing:
 
     ``median_ms``/``p10_ms``/``p90_ms``: GPU time per call, L2 flushed before each (CUDA events);
     ``back_to_back_ms``: GPU time per call over calls queued back to back (None when not
-    measured); ``host_ms``: median host time for ``fn()`` to return (None when not measured).
+    measured); ``host_ms``: median host time for ``fn()`` to return (None when not measured);
+    ``compiles_while_timed``: frames torch.compile compiled and graph breaks it met during the timed
+    and back-to-back calls (after the warm-up): a measurement with any timed compilation, not
+    the compiled code (``measure.bench`` rejects it).
     """
 
     median_ms: float
@@ -32,6 +35,15 @@ class Timing:
     repeats: int
     back_to_back_ms: float | None = None
     host_ms: float | None = None
+    compiles_while_timed: int = 0
+
+
+def compile_events() -> int:
+    """Frames torch.compile has compiled in this process, plus the graph breaks it met (dynamo's
+    own counters): a difference across a stretch of calls counts the (re)compilations in it."""
+    from torch._dynamo.utils import counters
+
+    return counters["frames"]["total"] + sum(counters["graph_break"].values())
 
 
 def flush_buffer(nbytes: int = FLUSH_BYTES) -> torch.Tensor:
@@ -110,6 +122,7 @@ def time_cuda(fn: Callable, repeats: int = 20, warmup_ms: float = 50.0, flush: t
     flush = flush_buffer() if flush is None else flush
     call = (lambda: fn(setup())) if setup else fn
     _warm_up(call, warmup_ms)
+    compiled = compile_events()
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(repeats)]
     host = []
     for start, end in events:
@@ -126,7 +139,7 @@ def time_cuda(fn: Callable, repeats: int = 20, warmup_ms: float = 50.0, flush: t
     if back_to_back:
         together = _back_to_back_ms(fn, setup, min(repeats, BACK_TO_BACK_STATES) if setup else repeats)
     return Timing(statistics.median(times), _percentile(times, 0.1), _percentile(times, 0.9), repeats,
-                  together, statistics.median(host))
+                  together, statistics.median(host), compile_events() - compiled)
 
 
 def single_call_host_us(fn: Callable[[], object], calls: int) -> float:

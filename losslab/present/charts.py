@@ -19,7 +19,7 @@ SWEEP_DTYPES = ("float32", "bfloat16", "float16")
 # one colour per implementation in every figure (roofline included), so a rung is found by its colour
 COLORS = {"naive": "tab:red", "shared_memory": "tab:orange", "warp_shuffle": "tab:olive",
           "vectorized": "tab:green", "fused": "tab:blue", "cluster": "tab:cyan", "eager": "0.35",
-          "compile": "tab:purple", "liger": "tab:pink", "quack": "tab:brown"}
+          "compile": "tab:purple", "liger": "tab:pink", "quack": "tab:brown", "losslab.nn": "black"}
 NO_SWEEP = "no sweep recorded yet: run `python -m losslab bench --all --sweep` on a GPU machine"
 
 
@@ -43,7 +43,7 @@ def _bandwidth_panel(ax, section: records.Section, direction: str, bw: dict[str,
     away = [(r.implementation, r.direction) in elsewhere for r in group]
     names = [r.implementation + (" \u2020" if r.below_floor else "") + (f" {ELSEWHERE_MARK}" if a else "")
              for r, a in zip(group, away, strict=True)]
-    colors = ["tab:blue" if r.kind == "variant" else "tab:gray" for r in group]
+    colors = ["tab:blue" if r.kind == "variant" else "black" if r.kind == "operator" else "tab:gray" for r in group]
     bars = ax.bar(names, [r.gbps for r in group], color=colors)
     for bar, row, a in zip(bars, group, away, strict=True):
         if row.below_floor:
@@ -197,7 +197,7 @@ def _sweep_panels(axes, lines: list[records.SweepLine]) -> int:
     for line in lines:
         points = sorted(line.points, key=lambda p: x_of[tuple(p.shape)])
         x = [x_of[tuple(p.shape)] for p in points]
-        style = "-" if line.kind == "variant" else "--"
+        style = "-" if line.kind in ("variant", "operator") else "--"  # losslab's own solid, the peers dashed
         color = COLORS.get(line.implementation)
         for ax, y in zip(axes, (_time_ms, _percent), strict=True):
             drawn = ax.plot(x, [float("nan") if p.below_floor else y(p) for p in points], style, marker="o",

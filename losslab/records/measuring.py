@@ -108,7 +108,7 @@ def measure_section(problem: str, size="seed", variants: list | None = None, *, 
         if timed and not any(dtype in (spec.dtypes(v) if isinstance(v, str) else v.dtypes) for v in timed):
             continue
         rows += bench_problem(problem, shape, variants, peers=tuple(peers), repeats=repeats,
-                              bandwidth=bandwidth, progress=progress, dtype=dtype)
+                              bandwidth=bandwidth, progress=progress, dtype=dtype, rejected=skipped)
         skipped += [Skipped(problem, shape, name, peer, why) for peer, why in missing.items()]
     stamp = run_provenance(problem)
     for item in (*rows, *checks, *skipped):
@@ -179,7 +179,7 @@ def measure_sweep(problem: str, shapes: Sequence[tuple[int, int]] | None = None,
             skipped += [Skipped(problem, shape, name, peer, why) for peer, why in missing.items()]
             rows += bench_problem(problem, shape, variants, peers=tuple(peers),
                                   repeats=sweep_repeats(problem, shape, dtype, repeats), bandwidth=bandwidth,
-                                  progress=progress, dtype=dtype, directions=tuple(directions))
+                                  progress=progress, dtype=dtype, directions=tuple(directions), rejected=skipped)
     stamp = run_provenance(problem)
     for item in (*rows, *skipped):
         for key in ("date", "torch", "cuda", "sources_sha256"):
