@@ -1,59 +1,23 @@
-"""Every rung as a PyTorch operator, and the variant registry built on them.
+"""Every rung as a PyTorch operator (``torch.library``, namespace ``losslab``), and the variants on them.
 
     >>> kl = losslab.variant("kl_div", "vectorized")
     >>> loss = kl(predictions, targets)   # 0-d tensor, like F.kl_div(..., "batchmean")
     >>> loss.backward()                   # predictions.grad from the backward kernel
 
-Each rung of each problem is a set of ``torch.library`` operators in the ``losslab``
-namespace, with fake (meta) implementations for tracing and autograd registered with
-``torch.library.register_autograd``, so that ``torch.compile(fullgraph=True)`` traces
-through a loss and CUDA graphs capture it (no operator waits for the host):
-
-``losslab::<problem>_<rung>_forward(Tensor predictions, Tensor targets) -> (loss, *state)``
-    the loss (0-d, the predictions' dtype) and what the backward needs besides the inputs
-    (the problem's ``empty_state``: nothing for kl_div; for cross_entropy ``stats``, one
-    float32 tensor holding the target counts and each row's max and log-sum). A rung that
-    writes its gradient in the forward runs its inference rung's kernels here.
-``losslab::<problem>_<rung>_backward(Tensor predictions, Tensor targets, *state, Tensor grad_loss) -> Tensor``
-    dloss/dpredictions, a fresh tensor.
-``losslab::<problem>_<rung>_forward_grad(Tensor predictions, Tensor targets) -> (Tensor, Tensor)``
-    only for a rung that writes its gradient in the forward: the loss and that gradient
-    (for grad_loss = 1), in a fresh tensor the operator owns.
-
-No operator mutates anything. The backward of ``_forward_grad`` scales its gradient by
-grad_loss: out of place when traced, in place (no work at all when grad_loss is 1) in eager
-mode, where the variants run the operators' kernels through an autograd.Function (see
-:meth:`RungOps.__call__`).
-
-The functions :func:`variant` returns validate their inputs on the host (raising
-TypeError/ValueError that names the argument) and call these operators. At small sizes the
-host time of a call is its whole cost, so the eager path is kept short: inputs whose
-metadata passed the checks once are not checked again (:func:`metadata_key`), a call that
-needs no gradient runs the kernels without an autograd.Function, and a call allocates only
-its outputs: scratch is the stream's own (``problems.launch.scratch``) and no launcher needs a
-memset (``kernels/common/stream_workspace.cuh``); ``scripts/host_overhead.py`` measures it.
-
-Out-of-range cross-entropy targets make the loss NaN and never stop the GPU;
-``losslab.check_targets`` or strict mode raise the error naming them. It is not raised "at
-the next point where the host already waits": those points (``loss.item()``, ``print``,
-``.cpu()``, ``torch.cuda.synchronize()``) are the caller's and none passes through losslab.
-Reaching them would take a tensor subclass for the loss (Python on every operation on it,
-and a tensor torch.compile must trace), or an asynchronous copy of the count to pinned host
-memory with an event, read at the next losslab call (host time on every call, an error one
-call late where nothing waits, and inside a CUDA graph a copy that replays with no reader).
+:class:`RungOps` defines one rung's operators (schemas, fake kernels, autograd: what torch.compile
+traces and CUDA graphs capture; its docstring says which), :func:`variant` a rung's loss behind the
+host checks, :func:`checked_loss` the host checks; ``losslab.variants`` the teaching rungs on them. No operator
+waits for the host.
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 
 import torch
 
 from losslab import build, problems
-from losslab.build import ladder
 
 NAMESPACE = "losslab"
 STRICT_ENV = "LOSSLAB_STRICT_TARGETS"
@@ -92,7 +56,45 @@ def _launchers(extension: Callable[[], object]) -> Callable[[str], Callable[...,
 
 
 class RungOps:
-    """The operators of one rung of one problem (see the module docstring).
+    """The operators of one rung of one problem.
+
+    Each rung of each problem is a set of ``torch.library`` operators in the ``losslab``
+    namespace, with fake (meta) implementations for tracing and autograd registered with
+    ``torch.library.register_autograd``, so that ``torch.compile(fullgraph=True)`` traces
+    through a loss and CUDA graphs capture it (no operator waits for the host):
+
+    ``losslab::<problem>_<rung>_forward(Tensor predictions, Tensor targets) -> (loss, *state)``
+        the loss (0-d, the predictions' dtype) and what the backward needs besides the inputs
+        (the problem's ``empty_state``: nothing for kl_div; for cross_entropy ``stats``, one
+        float32 tensor holding the target counts and each row's max and log-sum). A rung that
+        writes its gradient in the forward runs its inference rung's kernels here.
+    ``losslab::<problem>_<rung>_backward(Tensor predictions, Tensor targets, *state, Tensor grad_loss) -> Tensor``
+        dloss/dpredictions, a fresh tensor.
+    ``losslab::<problem>_<rung>_forward_grad(Tensor predictions, Tensor targets) -> (Tensor, Tensor)``
+        only for a rung that writes its gradient in the forward: the loss and that gradient
+        (for grad_loss = 1), in a fresh tensor the operator owns.
+
+    No operator mutates anything. The backward of ``_forward_grad`` scales its gradient by
+    grad_loss: out of place when traced, in place (no work at all when grad_loss is 1) in eager
+    mode, where the variants run the operators' kernels through an autograd.Function (see
+    :meth:`RungOps.__call__`).
+
+    The functions :func:`variant` returns validate their inputs on the host (raising
+    TypeError/ValueError that names the argument) and call these operators. At small sizes the
+    host time of a call is its whole cost, so the eager path is kept short: inputs whose
+    metadata passed the checks once are not checked again (:func:`metadata_key`), a call that
+    needs no gradient runs the kernels without an autograd.Function, and a call allocates only
+    its outputs: scratch is the stream's own (``problems.launch.scratch``) and no launcher needs a
+    memset (``kernels/common/stream_workspace.cuh``); ``scripts/host_overhead.py`` measures it.
+
+    Out-of-range cross-entropy targets make the loss NaN and never stop the GPU;
+    ``losslab.check_targets`` or strict mode raise the error naming them. It is not raised "at
+    the next point where the host already waits": those points (``loss.item()``, ``print``,
+    ``.cpu()``, ``torch.cuda.synchronize()``) are the caller's and none passes through losslab.
+    Reaching them would take a tensor subclass for the loss (Python on every operation on it,
+    and a tensor torch.compile must trace), or an asynchronous copy of the count to pinned host
+    memory with an event, read at the next losslab call (host time on every call, an error one
+    call late where nothing waits, and inside a CUDA graph a copy that replays with no reader).
 
     ``extension``: another build of the problem's kernels (a launch configuration, see
     :func:`variant`'s ``knobs``): the same host code and eager path through that build's
@@ -314,7 +316,7 @@ def variant(problem: str, name: str, *, strict: bool | None = None,
             _KNOB_OPS[config] = RungOps(spec, spec.rung(name), functools.partial(
                 build.load_extension, problem, defines=config.defines))
         ops = _KNOB_OPS[config]
-    loss = _checked_loss(spec, spec.rung(name), ops, strict_default() if strict is None else strict)
+    loss = checked_loss(spec, spec.rung(name), ops, strict_default() if strict is None else strict)
     loss.__name__ = f"{problem}_{name}"
     loss.__doc__ = f"{problem} computed by the {name} kernels; same signature as the reference."
     if config is not None:
@@ -323,8 +325,9 @@ def variant(problem: str, name: str, *, strict: bool | None = None,
     return loss
 
 
-def _checked_loss(spec: problems.Problem, rung: problems.Rung, ops: RungOps, strict: bool) -> Callable:
-    """``ops``' loss behind the host checks: inputs whose metadata passed once are not checked again."""
+def checked_loss(spec: problems.Problem, rung: problems.Rung, ops: RungOps, strict: bool) -> Callable:
+    """``ops``' loss behind the host checks (the dtypes ``rung`` takes, ``spec.validate``, and the
+    values too when ``strict``): inputs whose metadata passed once are not checked again."""
     dtypes = rung.dtypes
     validated: set = set()  # metadata_key()s of inputs that passed the checks below
 
@@ -344,55 +347,6 @@ def _checked_loss(spec: problems.Problem, rung: problems.Rung, ops: RungOps, str
         return ops(*inputs) if compiling else ops.eager(*inputs)
 
     return loss
-
-
-# --- the other implementations the records hold beside the rungs ---------------------------------
-
-LADDER_TAG = "[ladder]"  # a teaching rung's name in the records: "fused [ladder]"
-OPERATOR = "losslab.nn"  # the public operator's name in the records
-
-
-@dataclass(frozen=True, eq=False)
-class Variant:
-    """An implementation of a problem that measure, records and present treat as a variant but
-    that is no rung of its table: a teaching rung (``kind`` "ladder", kernels/<problem>/ladder/,
-    float32) or the public operator (``kind`` "operator", ``losslab.nn.functional.on_problem``).
-
-    Called with the reference's arguments, it returns the 0-d loss. ``launch_forward`` and
-    ``launch_backward`` (the problem launchers' interface, for the checks' rerun into poisoned
-    buffers) are None for the public operator, whose kernels the checks reach only through it.
-    """
-
-    problem: str
-    name: str
-    kind: str
-    dtypes: tuple[torch.dtype, ...]
-    rung: problems.Rung = field(repr=False)
-    call: Callable[..., torch.Tensor] = field(repr=False)
-    launch_forward: Callable | None = field(default=None, repr=False)
-    launch_backward: Callable | None = field(default=None, repr=False)
-
-    def __call__(self, *inputs: torch.Tensor) -> torch.Tensor:
-        return self.call(*inputs)
-
-
-@functools.cache
-def ladder_variant(problem: str, rung: str) -> Variant:
-    """Teaching rung ``rung`` of ``problem`` (``kernels/<problem>/ladder/<rung>.cu``, float32, built
-    as the ladder's own extension at the first call), through the host code and eager path of the
-    production rung of the same name. Named ``"<rung> [ladder]"`` in the records.
-
-    Raises:
-        ValueError: ``problem`` has no teaching rung ``rung``.
-    """
-    spec = problems.get(problem)
-    taught = ladder.rungs(problem) if problem in ladder.problems_with_ladder() else ()
-    if rung not in taught:
-        raise ValueError(f"variant: {problem} has no teaching rung {rung!r}; expected one of {', '.join(taught)}")
-    own = dataclasses.replace(spec.rung(rung), dtypes=problems.FLOAT32)
-    ops = RungOps(spec, own, functools.partial(ladder.load_ladder, problem))
-    return Variant(problem, f"{rung} {LADDER_TAG}", "ladder", own.dtypes, own,
-                   _checked_loss(spec, own, ops, strict=False), ops.launch_forward, ops.launch_backward)
 
 
 def all_variants() -> list[tuple[str, str]]:

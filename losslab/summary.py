@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from losslab import records
 from losslab.measure.bench import SWEEP_DIRECTIONS, SWEEP_SHAPES
-from losslab.ops import OPERATOR
+from losslab.variants import OPERATOR
 
 SWEEP_PEERS = ("compile", "liger", "quack")  # the optimised peers; eager is in the record and notebook 03
 

@@ -474,12 +474,8 @@ def test_no_module_outside_a_loss_package_names_a_loss():
 
 # Modules the docstring rule does not hold yet (issue 24), each with why it was left: the next session
 # that may edit them shortens their docstrings and empties this.
-HASHED = "its bytes are hashed into the recorded GPU results (records.measured_sources): edit it with a re-record"
 IN_PROGRESS = "another engineer was editing losslab/kernelbench/ when the rule came in"
 DOCSTRINGS_NOT_YET_SHORT = {
-    "losslab/ops.py": HASHED,
-    "losslab/problems/cross_entropy/__init__.py": HASHED,
-    "losslab/problems/kl_div/__init__.py": HASHED,
     "losslab/kernelbench/child.py": IN_PROGRESS,
     "losslab/kernelbench/evaluate.py": IN_PROGRESS,
     "losslab/kernelbench/export.py": IN_PROGRESS,
@@ -491,7 +487,7 @@ DOCSTRINGS_NOT_YET_SHORT = {
 
 def test_module_docstrings_are_short_and_long_modules_say_why():
     found = module_docstring_problems(PACKAGE)
-    assert len(package_modules(PACKAGE)) > 50 and any("losslab/ops.py:" in f for f in found)  # it reads them
+    assert len(package_modules(PACKAGE)) > 50 and any("losslab/kernelbench/evaluate.py:" in f for f in found)  # reads
     new = [f for f in found if f.split(":")[0] not in DOCSTRINGS_NOT_YET_SHORT]
     assert not new, "module docstrings (docs/architecture.md, Folders and modules):\n" + "\n".join(new)
     done = [path for path in DOCSTRINGS_NOT_YET_SHORT if not any(f.startswith(f"{path}:") for f in found)]

@@ -359,7 +359,7 @@ def test_the_readme_times_what_users_call_only_from_the_operator_rows():
     """What users call (losslab.nn) is timed in the README only inside the generated blocks, whose
     column reads the record's operator rows ("losslab.nn"); outside them no line naming it carries
     a measured time or ratio, which would be a rung's number quoted as the operator's."""
-    from losslab.ops import OPERATOR
+    from losslab.variants import OPERATOR
 
     text = (ROOT / "README.md").read_text()
     generated = re.compile(r"<!-- (summary|sweep)[^>]*:begin -->.*?<!-- (summary|sweep)[^>]*:end -->", re.DOTALL)

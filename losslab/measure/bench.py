@@ -160,7 +160,7 @@ def flag_physical_floor(row: BenchRow, device: str) -> BenchRow:
 def implementations(problem: str, variants: list, peers=PEERS) -> dict[str, tuple[str, Callable]]:
     """name -> (kind, callable with the reference's signature). A variant is a name the records
     give it (a rung's, ``"<rung> [ladder]"``, ``"losslab.nn"``: ``variants.find_variant``) or a callable
-    variant object with a ``name`` (e.g. ``losslab.teach.custom.CustomVariant``, ``ops.Variant``);
+    variant object with a ``name`` (e.g. ``losslab.teach.custom.CustomVariant``, ``variants.Variant``);
     its kind is the object's ``kind`` ("ladder", "operator"), else "variant"."""
     impls = {}
     for v in variants:

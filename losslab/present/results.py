@@ -17,7 +17,8 @@ from pathlib import Path
 
 import torch
 
-from losslab import ops, problems, records
+from losslab import problems, records
+from losslab import variants as recorded
 from losslab.build import ROOT, knobs, ladder
 from losslab.present.html import GOOD, WARN, Html, format_date, message
 
@@ -98,7 +99,7 @@ def load_results(problem: str, *, device: str | None = None, size: str = "seed",
             raise RuntimeError("live=True needs a CUDA GPU and none is visible here; "
                                "use live=None or False to render the recorded results")
         names = variants or (ladder.rungs(problem) if taught else None)
-        measured = [f"{v} {ops.LADDER_TAG}" for v in names] if taught else names
+        measured = [f"{v} {recorded.LADDER_TAG}" for v in names] if taught else names
         section = records.measure_section(problem, size, measured, repeats=repeats, ncu=ncu, check=checks)
         return (section.taught() if taught else section).view()
     try:

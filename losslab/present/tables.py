@@ -240,7 +240,7 @@ def operator_table(problem: str, device: str | None = None, results_dir: Path | 
 
     A record without teaching or operator rows (made before they were recorded) says so."""
     from losslab.build import ladder
-    from losslab.ops import LADDER_TAG, OPERATOR
+    from losslab.variants import LADDER_TAG, OPERATOR
 
     try:
         section = records.latest_section(problem, device, Path(results_dir) if results_dir else records.RESULTS_DIR)

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import torch
 
-from losslab import ops, problems
+from losslab import problems
 from losslab import variants as recorded
 from losslab.measure.bench import (
     SWEEP_DIRECTIONS,
@@ -118,7 +118,7 @@ def measure_section(problem: str, size="seed", variants: list | None = None, *, 
     section = Section(problem, stamp["device"], stamp["multiprocessors"], stamp["memory_bytes"],
                       stamp["compute_capability"], rows, checks, ceilings, None, "live", skipped)
     if ncu:
-        named = [v if isinstance(v, str) else v.name for v in timed if isinstance(v, str | ops.Variant)]
+        named = [v if isinstance(v, str) else v.name for v in timed if isinstance(v, str | recorded.Variant)]
         section.ncu = profile_problem(problem, shape, named, tuple(peers))
     return section
 

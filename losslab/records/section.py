@@ -19,8 +19,8 @@ from losslab import problems
 from losslab.measure.bench import BenchRow, Skipped, flag_physical_floor, set_speedups
 from losslab.measure.check import CheckResult
 from losslab.measure.ncu import Profile
-from losslab.ops import LADDER_TAG
 from losslab.records.freshness import sources_sha256
+from losslab.variants import LADDER_TAG
 
 _ROW_FIELDS = {f.name for f in fields(BenchRow)}
 _CHECK_FIELDS = {f.name for f in fields(CheckResult)}

@@ -113,7 +113,10 @@ def forward(launcher: Callable[..., None], write_grad: bool, predictions: torch.
     Returns the 0-d loss (the logits' dtype, written by the kernels: no conversion; ``out`` if
     given; NaN if a target is outside [0, C) and not ignore_index) and what the backward
     needs: the gradient alone if written, else predictions, targets and ``stats``
-    (:func:`empty_state`).
+    (:func:`empty_state`): O(N) floats, each row's max and the log of sum(exp(x - max)), kept apart
+    so that x - logsumexp loses no precision when the logits are large; never the (N, C) softmax.
+    A row whose target is ignore_index leaves the sum and the count n_valid; every row ignored
+    gives 0 / 0 = NaN and a zero gradient, as PyTorch does. Never waits for the host.
     Raises:
         RuntimeError: the launcher returned a CUDA error.
     """

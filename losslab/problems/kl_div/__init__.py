@@ -3,13 +3,10 @@
     loss = sum_ij [ xlogy(t_ij, t_ij) - t_ij * log(p_ij) ] / B
     dloss/dp_ij = -t_ij / (p_ij * B) * grad_loss
 
-``predictions`` p and ``targets`` t are (B, D) probability rows. batchmean
-divides by the batch size B only, not by B * D.
-
-The package holds everything about this loss: ``problem`` (the :class:`~losslab.problems.Problem`:
-reference, inputs, sizes, cost model, edge cases, rung table), ``host`` (the host code every rung
-launches through), ``options`` (PyTorch's options, for :mod:`losslab.nn`) and ``kernelbench``
-(KernelBench's problem file); its kernels are ``kernels/kl_div/``.
+``predictions`` p and ``targets`` t are (B, D) probability rows; batchmean divides by B only.
+Everything about this loss: ``problem`` (the Problem: reference, inputs, sizes, cost, edge cases,
+rungs), ``host`` (the host code every rung launches through), ``options`` (PyTorch's options, for
+:mod:`losslab.nn`), ``kernelbench`` (KernelBench's file); its kernels are ``kernels/kl_div/``.
 """
 from losslab.problems.kl_div.host import KNOWN_DTYPES, backward, empty_state, forward, validate_inputs
 from losslab.problems.kl_div.options import (

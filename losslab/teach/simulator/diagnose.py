@@ -385,10 +385,10 @@ def unfilled(key: str, text: str) -> bool:
     at = skeleton.find("FILL ME IN")
     if at < 0:
         return False
-    blank = build._blank_comments(skeleton)  # positions kept: split the code at the comment
+    blank = build.blank_comments(skeleton)  # positions kept: split the code at the comment
     before, after = _code_lines(blank[:at]), _code_lines(blank[at:])
     window = before[-2:] + after[:1]  # two lines before: the placeholder's neighbours may recur (a tail loop)
-    code = _code_lines(build._blank_comments(text))
+    code = _code_lines(build.blank_comments(text))
     return any(code[i:i + len(window)] == window for i in range(len(code)))
 
 
