@@ -85,13 +85,14 @@ def timed_row(section: records.Section, implementation: str, direction: str):
 
 def step_on_devices(problem: str, lower: str, upper: str, direction: str, results_dir=None):
     """The step from ``lower`` to ``upper`` in ``direction`` on each device with a record of
-    ``problem`` (its view: the seed size in float32), beside that device's measured read and copy
-    bandwidth, as a Markdown list; one line saying so where no record holds the step."""
+    ``problem`` (the teaching ladder's view, ``Section.taught``, at the seed size in float32),
+    beside that device's measured read and copy bandwidth, as a Markdown list; one line saying so
+    where no record holds the step."""
     folder = results_dir or records.RESULTS_DIR
     lines = []
     for device in records.devices(folder):
         try:
-            section = records.latest_section(problem, device, folder).view()
+            section = records.latest_section(problem, device, folder).taught().view()
         except LookupError:
             continue
         s = step(section, lower, upper, direction)
