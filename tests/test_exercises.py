@@ -80,6 +80,10 @@ def test_grade_is_green_only_when_everything_passes():
 def test_coalesce_machine_code_check_reads_the_load_offsets():
     solution = ("Function : _Z24coalesced_forward_kernelPKfS0_Pfl\n LDG.E.CONSTANT R14, [R8.64+0x800] ;\n"
                 " LDG.E.CONSTANT R18, [R8.64+0x400] ;\n LDG.E.CONSTANT R10, [R8.64] ;")
+    sm_90 = ("Function : _Z24coalesced_forward_kernelPKfS0_Pfl\n LDG.E.CONSTANT R16, desc[UR8][R8.64+-0x800] ;\n"
+             " LDG.E.CONSTANT R12, desc[UR8][R8.64+0x400] ;")
+    assert exercises._strided_loads(sm_90) is True
+    assert exercises._strided_loads(sm_90.replace("0x400", "0x4")) is False
     whole_row = ("Function : _Z24coalesced_forward_kernelPKfS0_Pfl\n LDG.E.CONSTANT R12, [R2.64+-0x8] ;\n"
                  " LDG.E.CONSTANT R6, [R4.64+0x4] ;")
     assert exercises._strided_loads(solution) is True
@@ -170,10 +174,17 @@ def test_a_compile_error_gets_a_hint():
     assert not grade.compiled
     assert "hint: did you mean __shfl_xor_sync (CUDA 9+ needs the mask)?" in "\n".join(grade.lines())
 
+ARCHS = pytest.mark.parametrize("arch", ["8.0", "9.0"])  # sm_80 here (no GPU), sm_90 on an H100/H200
+
+
 @pytest.mark.compile
+@ARCHS
 @pytest.mark.parametrize("exercise", exercises.EXERCISES, ids=lambda e: e.key)
-def test_skeleton_and_solution_compile(exercise, tmp_path):
-    """Both compile; the solution's machine code shows the rung's idea and the skeleton's does not."""
+def test_skeleton_and_solution_compile(exercise, arch, tmp_path, monkeypatch):
+    """Both compile; the solution's machine code shows the rung's idea and the skeleton's does not, for the
+    architecture of a machine without a GPU and of the GPU machine (sm_90's SASS spells loads desc[UR][R.64]
+    and keeps more of an unfinished skeleton: a relative check compares with the skeleton's own SASS)."""
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", arch)
     compiled = {kind: custom.check_source(exercise.problem, path.read_text(), exercise.key, root=tmp_path)
                 for kind, path in (("skeleton", exercise.skeleton), ("solution", exercise.solution))}
     assert compiled["skeleton"].folder != compiled["solution"].folder
@@ -183,8 +194,21 @@ def test_skeleton_and_solution_compile(exercise, tmp_path):
         sass = {kind: c.sass() for kind, c in compiled.items()}
     except build.BuildError as err:
         pytest.skip(f"cuobjdump missing: {err}")
-    assert all(check.found(sass["solution"]) for check in exercise.sass)
-    assert not all(check.found(sass["skeleton"]) for check in exercise.sass)
+    assert all(check.found(sass["solution"], sass["skeleton"]) for check in exercise.sass)
+    assert not all(check.found(sass["skeleton"], sass["skeleton"]) for check in exercise.sass)
+
+
+@pytest.mark.compile
+@ARCHS
+@pytest.mark.parametrize("key, case", [("coalesce", "coalesce_chunk.cu"),
+                                       ("online_softmax", "online_softmax_no_rescale.cu")])
+def test_the_machine_code_check_refuses_a_wrong_answer_on_every_architecture(key, case, arch, monkeypatch):
+    """A thread walking its own chunk (4-byte load offsets) and a combine without the rescale (no more exps
+    than the skeleton) fail their SASS check on sm_80 and on sm_90 alike."""
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", arch)
+    grade = exercises.grade(key, (CASES / case).read_text(), gpu=False, simulate=False)
+    assert grade.compiled and list(grade.sass.values()) == [False], grade.lines()
+    assert not grade.passed and grade.hint.startswith("the machine code lacks"), grade.hint
 
 
 # --- gpu tier ----------------------------------------------------------------------------------------------
