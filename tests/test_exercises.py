@@ -72,8 +72,11 @@ def test_grade_is_green_only_when_everything_passes():
     assert simulated.passed and "on the CPU simulator" in "\n".join(simulated.lines())
     red = exercises.Grade("vectorize", "x.cu", True, simulated=False, diagnosis=["the tail misses"])
     assert not red.passed and "RED: not yet" in "\n".join(red.lines()) and "the tail misses" in "\n".join(red.lines())
-    # a GPU verdict wins over the simulator's: the hardware ran it
+    # one verdict: the GPU's checks and the simulator's must both pass
     assert not exercises.Grade("vectorize", "x.cu", True, checks=[_check(False)], simulated=True).passed
+    assert not exercises.Grade("vectorize", "x.cu", True, checks=[_check(True)], simulated=False).passed
+    assert exercises.Grade("vectorize", "x.cu", True, checks=[_check(True)], simulated=True).passed
+    assert exercises.Grade("vectorize", "x.cu", True, checks=[_check(True)]).passed  # no g++ on the GPU machine
     assert "does not compile" in "\n".join(exercises.Grade("vectorize", "x.cu", False, "line 3: error").lines())
 
 
@@ -167,6 +170,30 @@ def test_a_failing_gpu_check_gets_the_simulator_s_diagnosis(monkeypatch):
     assert "what is wrong (CPU simulator):" in text and "each thread sums the whole row" in text, text
 
 
+ONE_VERDICT = [  # answers whose numbers pass on a GPU, rejected by the machine code or the simulator
+    ("coalesce", "coalesce_chunk.cu", "each thread walks its own run of consecutive elements"),
+    ("warp_shuffle", "warp_shuffle_half_mask.cu", "lane 16 is not in the mask 0x0000ffff: its value is undefined"),
+]
+
+
+@pytest.mark.compile
+@simulator
+@pytest.mark.parametrize("key, case, expected", ONE_VERDICT)
+def test_one_verdict_a_passing_gpu_does_not_overrule_the_simulator(key, case, expected, monkeypatch):
+    """The GPU's checks (faked: all pass) add evidence on top of the simulator and the machine code, never
+    instead: both false passes seen on an H100 are red, with the hint a machine without a GPU gives."""
+    passing = custom.CheckRun(isolated.Outcome("ok", value=[]), [_check(True)])
+    monkeypatch.setattr(custom, "compile_variant", lambda *a, **k: object())
+    monkeypatch.setattr(custom, "check", lambda *a, **k: passing)
+    source = (CASES / case).read_text()
+    on_gpu, on_cpu = exercises.grade(key, source, gpu=True), exercises.grade(key, source, gpu=False)
+    text = "\n".join(on_gpu.lines())
+    assert on_gpu.on_gpu and not on_gpu.passed and "GPU checks: 1 of 1 passed" in text and "RED" in text, text
+    assert not on_cpu.passed and on_gpu.hint == on_cpu.hint and expected in on_gpu.hint, on_gpu.hint
+    solved = exercises.grade(key, solution=True, gpu=True)
+    assert solved.passed and "GREEN: done (on the GPU and the CPU simulator)" in solved.lines()[-1]
+
+
 @pytest.mark.compile
 def test_a_compile_error_gets_a_hint():
     source = (CASES / "warp_shuffle_no_sync.cu").read_text()
@@ -239,6 +266,17 @@ def test_wrong_answers_fail_on_the_gpu_with_the_diagnosis(key, case, expected):
     assert not grade.passed and (grade.fault or grade.checks is not None), text
     if _gxx_with_sanitizers():
         assert expected in text, text
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("key, case, expected", ONE_VERDICT)
+def test_one_verdict_on_the_gpu(key, case, expected):
+    """On the hardware these answers' numbers may well be right; the grade is red with the CPU's hint."""
+    grade = exercises.grade(key, (CASES / case).read_text())
+    text = "\n".join(grade.lines())
+    assert grade.on_gpu and not grade.passed, text
+    if _gxx_with_sanitizers() or key == "coalesce":  # coalesce: the machine code's check, no simulator needed
+        assert expected in grade.hint, text
 
 
 @pytest.mark.gpu

@@ -56,7 +56,8 @@ class SassCheck:
     (``more``: more of them than in the skeleton's own SASS, for an idea that adds instructions
     the skeleton already has some of: compilers differ in what they keep of an unfinished
     skeleton), or ``test``: a function of the SASS giving True, False or None (cannot tell);
-    ``why`` explains what it shows; ``notes``: (opcode, note) shown when that opcode is found."""
+    ``why`` explains what it shows; ``notes``: (opcode, note) shown when that opcode is found;
+    ``fix``: the likely mistake and its fix when the check fails (the grade's hint)."""
 
     label: str
     why: str
@@ -64,6 +65,7 @@ class SassCheck:
     test: Callable[[str], bool | None] | None = None
     notes: tuple[tuple[str, str], ...] = ()
     more: bool = False
+    fix: str = ""
 
     def found(self, sass: str, skeleton: str = "") -> bool | None:
         """Whether ``sass`` shows the idea; ``skeleton``: the skeleton's SASS, for a ``more`` check."""
@@ -120,7 +122,10 @@ EXERCISES = (
                         "the compiler unrolls the row loop; the immediate offsets of its loads are the distance "
                         "from one iteration's element to the next for one thread: 256 floats (0x400 bytes) when "
                         "a thread steps over the block's other threads, 4 bytes when it walks its own run of "
-                        "consecutive floats (uncoalesced across lanes)", test=_strided_loads),)),
+                        "consecutive floats (uncoalesced across lanes)", test=_strided_loads,
+                        fix="each thread walks its own run of consecutive elements, so at each step the lanes of a "
+                            "warp read addresses far apart (uncoalesced, 32 cache lines a load): thread k must "
+                            "start at element k and step by THREADS"),)),
     Exercise("warp_shuffle", KL_DIV, "warp_shuffle", "Sum a warp with shuffles",
              "Write warp_sum: the sum of `value` over the 32 lanes of the warp, exchanged through registers "
              "(no shared memory, no barrier). block_sum uses lane 0's result.", 15, (SHUFFLE,)),
@@ -135,7 +140,8 @@ EXERCISES = (
              (SassCheck("more exponentials (MUFU.EX2) than the skeleton",
                         "combine rescales each sum by an expf, on the special-function unit: the skeleton "
                         "(which already shuffles, and exponentiates in lse_add) has fewer", any_of=("MUFU.EX2",),
-                        more=True),)),
+                        more=True, fix="combine must rescale each part's sum by exp(its max - the "
+                                                        "combined max)"),)),
     Exercise("fused", KL_DIV, "fused", "Fuse the gradient into the forward",
              "While the forward reads p and t for the loss, write dL/dp for grad_loss = 1 into "
              "grad_predictions, so the backward only scales it by grad_loss.", 15, fused=True),
@@ -195,12 +201,14 @@ def task(key: str) -> Html:
 class Grade:
     """The outcome of grading one source.
 
-    ``compiled``: nvcc accepted it (else ``compile_error`` and ``hints``); ``sass``: check label
+    ``compiled``: nvcc accepted it (else ``compile_error`` and ``hints``, which also hold the fixes of
+    failed machine-code checks); ``sass``: check label
     -> True, False or None (cannot tell; empty when cuobjdump is missing), ``sass_notes`` what
     the machine code shows; ``checks``: the GPU's CheckResults (None when they did not run,
     ``note`` says why); ``fault``: the child's verdict when the kernel hung or faulted;
     ``simulated``: the CPU simulator's verdict (None when it did not run) and ``diagnosis`` its
-    messages; ``passed``: all green (the GPU's checks when they ran, else the simulator's).
+    messages; ``passed``: one verdict on every machine: the machine code's checks and the
+    simulator's, and on a GPU its checks too (evidence on top, never instead).
     """
 
     key: str
@@ -222,7 +230,7 @@ class Grade:
 
     @property
     def passed(self) -> bool:
-        if not self.compiled or any(found is False for found in self.sass.values()):
+        if not self.compiled or any(found is False for found in self.sass.values()) or self.simulated is False:
             return False
         if self.on_gpu:
             return self.checks is not None and all(c.passed for c in self.checks)
@@ -232,7 +240,8 @@ class Grade:
     def verdict(self) -> str:
         """GREEN, RED or not graded yet, in one line."""
         if self.passed:
-            return "GREEN: done" + ("" if self.on_gpu else " (on the CPU simulator; a GPU grade also runs it "
+            return "GREEN: done" + (" (on the GPU and the CPU simulator)" if self.on_gpu and self.simulated else
+                                    "" if self.on_gpu else " (on the CPU simulator; a GPU grade also runs it "
                                                            "on the hardware)")
         return "not graded yet" if self.waiting else "RED: not yet"
 
@@ -248,15 +257,20 @@ class Grade:
         missing = [label for label, found in self.sass.items() if found is False]
         if self.fault:
             return f"the kernel did not finish on the GPU: {self.fault.splitlines()[0]}"
-        if self.diagnosis and not (self.passed and self.on_gpu):
+        if self.diagnosis and (self.simulated is False or self.checks_failed or not (self.on_gpu or missing)):
             return self.diagnosis[0]
         if missing:
-            return f"the machine code lacks {missing[0]}"
+            return f"the machine code lacks {missing[0]}" + (f": {self.hints[0]}" if self.hints else "")
         if self.checks is not None:
             failed = [c for c in self.checks if not c.passed]
             return (f"GPU checks: {len(failed)} of {len(self.checks)} failed, first {failed[0].direction} "
                     f"{failed[0].case}" if failed else f"all {len(self.checks)} GPU checks pass")
         return self.note or "nothing ran the kernel"
+
+    @property
+    def checks_failed(self) -> bool:
+        """The GPU's checks ran and one failed, or the kernel did not finish there."""
+        return bool(self.fault) or (self.checks is not None and not all(c.passed for c in self.checks))
 
     @property
     def waiting(self) -> bool:
@@ -287,7 +301,7 @@ class Grade:
         elif self.note:
             out.append(f"  GPU checks: not run ({self.note})")
         if self.simulated is not None:
-            head = "what is wrong (CPU simulator)" if self.on_gpu else \
+            head = "what is wrong (CPU simulator)" if self.checks_failed else \
                 f"CPU simulator: {'all cases pass' if self.simulated else 'wrong'}"
             out += [f"  {head}:", *(f"    {m}" for m in self.diagnosis)]
         elif self.diagnosis:  # why the simulator could not run
@@ -363,6 +377,7 @@ def _read_sass(e: Exercise, compiled, result: Grade) -> list[str]:
         found = check.found(sass, skeleton)
         result.sass[check.label] = found
         result.sass_notes += check.explain(sass) if found else [f"{check.label}: {check.why}"]
+        result.hints += [check.fix] if found is False and check.fix else []
     return []
 
 
@@ -373,20 +388,21 @@ def grade(key: str, source: str | None = None, *, solution: bool = False, gpu: b
     or with ``solution=True`` the solution file.
 
     Compiles with nvcc (a compile error gets hints for common slips), reads the machine code
-    for the exercise's checks (when cuobjdump is available), then runs the kernel: on a GPU
-    (``gpu`` None: when one is visible) forward and backward against float64 at ``sizes`` and
-    on the edge cases in a child process killed after ``timeout_s`` seconds, with the CPU
-    simulator's diagnosis added when they fail; without one, on the CPU simulator (``simulate``
-    False: skip it). Never raises for a wrong source: a compile error, a hang or a fault is
-    part of the grade.
+    for the exercise's checks (when cuobjdump is available), runs the kernel on the CPU
+    simulator (``simulate`` False: skip it) and, on a GPU (``gpu`` None: when one is visible),
+    forward and backward against float64 at ``sizes`` and on the edge cases in a child process
+    killed after ``timeout_s`` seconds. One verdict on every machine: what the simulator and the
+    machine code reject is red on a GPU too (an answer whose numbers are right on the hardware
+    by luck: a shuffle mask naming half the warp, a lost update); a GPU adds its evidence on
+    top. Never raises for a wrong source: a compile error, a hang or a fault is part of the grade.
 
     On a GPU the checks run in a child process with a time limit (``custom.check``): a hang or a
     fault (a misaligned float4 load) is a red grade with what happened, and the notebook's CUDA
-    context stays usable; the simulator's diagnosis says what is wrong, not only by how much.
-    Without a GPU the simulator (``losslab.teach.simulator``) runs the kernel on designed inputs
-    and its messages are the grade ("the loss is 256x too large: each thread sums the whole
-    row"). Machine-code checks (:class:`SassCheck`) explain themselves: which opcodes show the
-    idea, and why an alternative is fine.
+    context stays usable. The simulator (``losslab.teach.simulator``) runs the kernel on designed
+    inputs and its messages say what is wrong, not only by how much ("the loss is 256x too large:
+    each thread sums the whole row"). Machine-code checks (:class:`SassCheck`) explain themselves:
+    which opcodes show the idea, and why an alternative is fine. An exercise the simulator cannot
+    run (the cluster exercise: no clusters on the CPU) is graded on a GPU only.
 
     An empty source (an emptied file) is a red grade, "the file is empty".
 
@@ -411,10 +427,10 @@ def grade(key: str, source: str | None = None, *, solution: bool = False, gpu: b
     result = Grade(key, label, True)
     notes = _read_sass(e, compiled, result)
     gpu = torch.cuda.is_available() if gpu is None else gpu
+    if simulate:
+        result.simulated, result.diagnosis = _simulate(key, source)
     if not gpu:
         result.note = "; ".join([*notes, "no CUDA GPU is visible here"])
-        if simulate:
-            result.simulated, result.diagnosis = _simulate(key, source)
         return result
     try:
         variant = custom.compile_variant(e.problem, e.key, source)
@@ -422,12 +438,10 @@ def grade(key: str, source: str | None = None, *, solution: bool = False, gpu: b
         return Grade(key, label, False, str(err), result.sass)
     run = _gpu_checks(e, variant, sizes, edge_cases, timeout_s)
     result.checks, result.fault = run.checks, "" if run.outcome.ok else run.outcome.format()
-    if simulate and not result.passed:
-        result.simulated, result.diagnosis = _simulate(key, source)
-        if result.simulated:  # the simulator's cases pass: say so, not "all cases match" under "what is wrong"
-            result.diagnosis = ["the CPU simulator's small cases all pass: what fails shows only on the GPU's "
-                                "sizes or hardware (a race the two simulated thread orders miss, a size beyond "
-                                "the simulated ones, an index that overflows)"]
+    if result.simulated and result.checks_failed:  # not "all cases match" under "what is wrong"
+        result.diagnosis = ["the CPU simulator's small cases all pass: what fails shows only on the GPU's "
+                            "sizes or hardware (a race the two simulated thread orders miss, a size beyond "
+                            "the simulated ones, an index that overflows)"]
     return result
 
 
