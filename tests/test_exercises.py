@@ -31,10 +31,18 @@ def test_exercise_files(exercise):
 
 
 def test_exercise_ladder_order():
-    """Five exercises, one idea of the ladder each, in the ladder's order; each rebuilds a real rung."""
-    assert [e.key for e in exercises.EXERCISES] == ["coalesce", "warp_shuffle", "vectorize", "online_softmax", "fused"]
-    for e in exercises.EXERCISES:
+    """Ten exercises, one idea of a ladder each; each rebuilds a real rung, and every rung above naive of both
+    ladders has one (a skeleton's number is its place in this list)."""
+    assert [e.key for e in exercises.EXERCISES] == [
+        "coalesce", "warp_shuffle", "vectorize", "online_softmax", "fused",
+        "logsumexp_tree", "warp_max", "vectorize_logits", "fused_softmax", "cluster"]
+    for number, e in enumerate(exercises.EXERCISES, start=1):
         assert e.rung in problems.get(e.problem).variants and 5 <= e.minutes <= 45
+        assert e.skeleton.read_text().startswith(f"// Exercise {number} -- ")
+    for problem in {e.problem for e in exercises.EXERCISES}:
+        ladder = [v for v in problems.get(problem).variants if (build.ROOT / "kernels" / problem / "ladder" /
+                                                                 f"{v}.cu").exists()]
+        assert {e.rung for e in exercises.EXERCISES if e.problem == problem} == set(ladder) - {"naive"}, problem
 
 
 @pytest.mark.parametrize("exercise", exercises.EXERCISES, ids=lambda e: e.key)
@@ -122,6 +130,12 @@ def _gxx_with_sanitizers() -> bool:
 
 simulator = pytest.mark.skipif(not _gxx_with_sanitizers(), reason="g++ with sanitizers missing: no CPU simulator")
 CASES = build.ROOT / "tests" / "simulator_cases"
+
+CLUSTER_WRONG = [
+    ("cluster_no_first_sync.cu", "the other CTA's part is read before it is written"),
+    ("cluster_no_second_sync.cu", "a CTA may exit while the other still reads its shared memory"),
+    ("cluster_own_part.cu", "map_shared_rank(&part, rank) is this CTA's own part"),
+]
 
 
 @pytest.mark.compile
@@ -259,12 +273,22 @@ def test_solution_passes_and_skeleton_fails(exercise):
     ("online_softmax", "online_softmax_overflow.cu", "the sum is NaN or inf"),
     ("fused", "fused_no_inv_b.cu", "the gradient is B = 3 times too large"),
     ("fused", "fused_sign.cu", "the gradient has the wrong sign"),
+    ("logsumexp_tree", "logsumexp_tree_no_barrier.cu", "the loss changes with the order the threads run"),
+    ("logsumexp_tree", "logsumexp_tree_no_rescale.cu", "the max is right but the sum is not"),
+    ("warp_max", "warp_max_down.cu", "every lane needs the warp's max"),
+    ("warp_max", "warp_max_no16.cu", "some lanes' values never reach the warp's max"),
+    ("vectorize_logits", "vectorize_logits_no_tail.cu", "the scalar tail misses"),
+    ("vectorize_logits", "vectorize_logits_tail_every_thread.cu", "the tail is added more than once"),
+    ("vectorize_logits", "vectorize_logits_no_head.cu", "misaligned 16-byte load"),
+    ("fused_softmax", "fused_softmax_no_onehot.cu", "wrong only at each row's target class"),
+    ("fused_softmax", "fused_softmax_no_scale.cu", "the gradient is n_valid = 3 times too large"),
+    *(("cluster", case, expected) for case, expected in CLUSTER_WRONG),
 ])
 def test_wrong_answers_fail_on_the_gpu_with_the_diagnosis(key, case, expected):
     grade = exercises.grade(key, (CASES / case).read_text())
     text = "\n".join(grade.lines())
     assert not grade.passed and (grade.fault or grade.checks is not None), text
-    if _gxx_with_sanitizers():
+    if _gxx_with_sanitizers() or exercises.get(key).cpu_check:
         assert expected in text, text
 
 
@@ -294,9 +318,23 @@ def test_vectorize_without_the_head_is_graded_red_and_the_gpu_stays_usable():
 
 
 def test_the_simulator_knows_every_exercise_and_its_problem():
+    """Every exercise but those the CPU checks otherwise (cluster: no clusters in the simulator)."""
     from losslab.teach.simulator import diagnose
 
-    assert {k: t.problem for k, t in diagnose.EXERCISES.items()} == {e.key: e.problem for e in exercises.EXERCISES}
+    assert {k: t.problem for k, t in diagnose.EXERCISES.items()} == \
+        {e.key: e.problem for e in exercises.EXERCISES if e.cpu_check is None}
+    assert [e.key for e in exercises.EXERCISES if e.cpu_check] == ["cluster"]
+    assert "on a GPU only" in exercises.get("cluster").skeleton.read_text()
+
+
+@pytest.mark.parametrize("case, expected", CLUSTER_WRONG)
+def test_the_cluster_exercise_s_source_check_names_each_mistake(case, expected):
+    """No clusters on the CPU: the source shows the barriers and the DSMEM read (the GPU grades the numbers)."""
+    check = exercises.get("cluster").cpu_check
+    messages = check((CASES / case).read_text())
+    assert len(messages) == 1 and expected in messages[0], messages
+    assert check(exercises.get("cluster").solution.read_text()) == []
+    assert "is never read" in check(exercises.get("cluster").skeleton.read_text())[0]
 
 
 @pytest.mark.parametrize("exercise", exercises.EXERCISES, ids=lambda e: e.key)

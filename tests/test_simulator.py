@@ -69,7 +69,7 @@ def test_rewrite_refuses_a_launch_without_arguments():
 
 # ---- solutions, skeletons, wrong answers ----------------------------------------------------
 
-@pytest.mark.parametrize("key", ["coalesce", "warp_shuffle", "vectorize", "online_softmax", "fused"])
+@pytest.mark.parametrize("key", list(diagnose.EXERCISES))
 def test_solution_passes(key):
     problem = diagnose.EXERCISES[key].problem
     g = grade(key, SOLUTIONS.parent / problem / f"{key}.cu")
@@ -92,6 +92,10 @@ def test_solution_outputs_match_the_float64_reference():
     ("vectorize", "the elements in the float4 packs never reach the loss"),
     ("online_softmax", "the combined max is wrong on 3 x 1000: row 0 has max"),
     ("fused", "elements of the gradient are never written on 3 x 1000"),
+    ("logsumexp_tree", "the combined max is wrong on 3 x 1000: row 0 has max"),
+    ("warp_max", "some lanes' values never reach the warp's max"),
+    ("vectorize_logits", "a row's sum is 0 (its log is -inf): no float4 pack reaches it"),
+    ("fused_softmax", "elements of the gradient are never written on 3 x 1000"),
 ])
 def test_untouched_skeleton_fails_with_a_clear_message(key, expected):
     g = grade(key, None)
@@ -138,6 +142,24 @@ WRONG = [
      "the gradient is B = 3 times too large on 3 x 1000: L is the sum divided by B"),
     ("fused", "fused_sign.cu",
      "the gradient has the wrong sign on 3 x 1000"),
+    ("logsumexp_tree", "logsumexp_tree_no_barrier.cu",
+     "the loss changes with the order the threads run"),
+    ("logsumexp_tree", "logsumexp_tree_no_rescale.cu",
+     "the max is right but the sum is not on 3 x 1000"),
+    ("warp_max", "warp_max_down.cu",
+     "__shfl_down_sync leaves it in lane 0 only"),
+    ("warp_max", "warp_max_no16.cu",
+     "some lanes' values never reach the warp's max: a butterfly"),
+    ("vectorize_logits", "vectorize_logits_no_tail.cu",
+     "wrong only on the rows with a tail: the scalar tail misses the last (C - head) % 4 logits"),
+    ("vectorize_logits", "vectorize_logits_tail_every_thread.cu",
+     "wrong only on the rows with a tail: the tail is added more than once"),
+    ("vectorize_logits", "vectorize_logits_no_head.cu",
+     "misaligned 16-byte load at row 1: peel the head first"),
+    ("fused_softmax", "fused_softmax_no_onehot.cu",
+     "the gradient is wrong only at each row's target class on 3 x 1000"),
+    ("fused_softmax", "fused_softmax_no_scale.cu",
+     "the gradient is n_valid = 3 times too large on 3 x 1000"),
 ]
 
 
@@ -146,6 +168,14 @@ def test_wrong_answer_gets_its_specific_message(key, name, expected):
     g = grade(key, CASES / name)
     assert not g.passed
     assert expected in g.messages[0] or expected in joined(g), joined(g)
+
+
+def test_every_wrong_answer_file_is_tested():
+    """Each file under simulator_cases/ (but the endless loop's, tested on its own) is a wrong answer above or
+    in tests/test_exercises.py."""
+    named = {w[1] for w in WRONG} | {"coalesce_endless.cu", "warp_shuffle_down.cu"}
+    other = (ROOT / "tests" / "test_exercises.py").read_text()
+    assert {p.name for p in CASES.glob("*.cu") if p.name not in named and p.name not in other} == set()
 
 
 def test_an_endless_loop_is_stopped_by_the_time_limit():
@@ -362,7 +392,7 @@ def test_fill_me_in_hint_follows_the_code_not_the_comment(tmp_path):
     assert not g.passed and FILL_HINT in joined(g)
 
 
-@pytest.mark.parametrize("key", ["coalesce", "warp_shuffle", "vectorize", "online_softmax", "fused"])
+@pytest.mark.parametrize("key", list(diagnose.EXERCISES))
 def test_unfilled_reads_the_code(key):
     problem = diagnose.PROBLEM_OF[key]
     skeleton = (ROOT / "exercises" / problem / f"{key}.cu").read_text()

@@ -1,12 +1,12 @@
-"""Graded exercises that follow the ladder: a skeleton to complete, a grader, a solution.
+"""Graded exercises that follow the ladders: a skeleton to complete, a grader, a solution.
 
-``exercises.task("coalesce")`` says what to do and shows the skeleton; ``exercises.grade("coalesce")``
-compiles it, reads its machine code, runs it (:func:`grade`: on a GPU, else the CPU simulator) and says
-what is wrong. Each exercise is a CUDA file under ``exercises/<problem>/`` that compiles but fails until
-its ``FILL ME IN`` is done; its solution is under ``exercises/solutions/<problem>/``. Both define the
-launchers of a custom variant (``losslab.teach.custom``). The five follow the ladder, one idea each:
-coalesce, warp_shuffle, vectorize (kl_div), online_softmax (cross_entropy's (max, sum) combine) and
-fused (kl_div's gradient written in the forward).
+``exercises.task("coalesce")`` says what to do; ``exercises.grade("coalesce")`` compiles the skeleton as it
+is now, reads its machine code, runs it on the CPU simulator (and on a GPU where there is one) and says what
+is wrong. An exercise is a CUDA file under ``exercises/<problem>/`` that compiles but fails until its
+``FILL ME IN`` is done; its solution is under ``exercises/solutions/<problem>/``; both define a custom
+variant's launchers (``losslab.teach.custom``). Ten, one idea of a rung each: coalesce, warp_shuffle,
+vectorize, fused (kl_div); logsumexp_tree, warp_max, online_softmax, vectorize_logits, fused_softmax, cluster.
+One module: the table of exercises, their machine-code checks and the grade that reads them change together.
 """
 from __future__ import annotations
 
@@ -88,11 +88,34 @@ SHUFFLE = SassCheck(
                          "which a caller that needs it everywhere (a max used by all lanes) requires"),))
 
 
+def _cluster_source_check(source: str) -> list[str]:
+    """The cluster exercise's mistakes that the source shows: the other CTA's part never read through
+    DSMEM, or read from its own rank, and a cluster.sync() missing before or after the read."""
+    from losslab.teach.simulator.build import blank_comments
+
+    code = blank_comments(source)
+    read = re.search(r"map_shared_rank\s*\(([^;]*)\)", code)
+    if read is None:
+        return ["the other CTA's part is never read: other = *cluster.map_shared_rank(&part, rank ^ 1) points "
+                "into its shared memory"]
+    if re.fullmatch(r"\s*&\s*part\s*,\s*rank\s*", read[1]):
+        return ["map_shared_rank(&part, rank) is this CTA's own part: the other CTA's rank is rank ^ 1"]
+    before, after = code[:read.start()].count(".sync()"), code[read.end():].count(".sync()")
+    if before == 0:
+        return ["the other CTA's part is read before it is written: a cluster.sync() between thread 0's store "
+                "and the read"]
+    if after == 0:
+        return ["a CTA may exit while the other still reads its shared memory: a cluster.sync() after the read"]
+    return []
+
+
 @dataclass(frozen=True)
 class Exercise:
     """One exercise: ``key`` names its files, ``rung`` the shipped rung it rebuilds, ``minutes``
     the time a participant typically needs, ``sass`` the machine-code checks it must pass when
-    done; ``fused``: its forward writes the gradient (checked with the fused rung's autograd)."""
+    done; ``fused``: its forward writes the gradient (checked with the fused rung's autograd);
+    ``cpu_check``: for an exercise the simulator cannot run (no clusters on the CPU), what the CPU
+    checks instead: the source's mistakes, as messages (the kernel is graded on a GPU only)."""
 
     key: str
     problem: str
@@ -102,6 +125,7 @@ class Exercise:
     minutes: int
     sass: tuple[SassCheck, ...] = ()
     fused: bool = False
+    cpu_check: Callable[[str], list[str]] | None = None
 
     @property
     def skeleton(self) -> Path:
@@ -145,6 +169,31 @@ EXERCISES = (
     Exercise("fused", KL_DIV, "fused", "Fuse the gradient into the forward",
              "While the forward reads p and t for the loss, write dL/dp for grad_loss = 1 into "
              "grad_predictions, so the backward only scales it by grad_loss.", 15, fused=True),
+    Exercise("logsumexp_tree", CROSS_ENTROPY, "shared_memory", "Merge a block's (max, sum) with a tree",
+             "Write the tree in shared memory: at each step the first `stride` threads merge the state `stride` "
+             "slots further into their own, a barrier between steps, until slot 0 holds the block's.", 15,
+             (SassCheck("more barriers (BAR.SYNC) than the skeleton", "one barrier a step of the tree: a thread "
+                        "reads slots other threads wrote", any_of=("BAR.SYNC",), more=True,
+                        fix="a __syncthreads() after each step of the tree"),)),
+    Exercise("warp_max", CROSS_ENTROPY, "warp_shuffle", "The warp's max in every lane",
+             "Write warp_max: the largest value of the warp's 32 lanes, in every lane (each lane rescales its own "
+             "sum by it), through shuffles.", 10,
+             (SassCheck("a butterfly shuffle (SHFL.BFLY)", "registers exchanged between lanes, the result in "
+                        "every lane", any_of=("SHFL.BFLY",), more=True,
+                        fix="__shfl_xor_sync (a butterfly) gives the max to every lane; a shift down leaves it in "
+                            "lane 0 only"),)),
+    Exercise("vectorize_logits", CROSS_ENTROPY, "vectorized", "Read the logits as float4s",
+             "After the scalar head, read the row's aligned middle with 16-byte float4 loads and the rest "
+             "with scalar ones, every logit exactly once.", 15,
+             (SassCheck("16-byte loads (LDG.E.128)", "one instruction moves four floats", any_of=("LDG.E.128",),
+                        more=True, fix="read the packs through a float4 pointer: x + head, reinterpreted"),)),
+    Exercise("fused_softmax", CROSS_ENTROPY, "fused", "Write cross_entropy's gradient in the forward",
+             "While the forward has the row's max and log-sum, write dL/dx = (softmax - onehot) / n_valid for "
+             "grad_loss = 1, so the backward only scales it.", 10, fused=True),
+    Exercise("cluster", CROSS_ENTROPY, "cluster", "Two CTAs share a row through distributed shared memory",
+             "Publish each CTA's (max, sum) in its shared memory and read the other CTA's through "
+             "map_shared_rank, with the cluster's barriers (graded on an sm_90 GPU only).", 15,
+             cpu_check=_cluster_source_check),
 )
 
 
@@ -206,8 +255,8 @@ class Grade:
     -> True, False or None (cannot tell; empty when cuobjdump is missing), ``sass_notes`` what
     the machine code shows; ``checks``: the GPU's CheckResults (None when they did not run,
     ``note`` says why); ``fault``: the child's verdict when the kernel hung or faulted;
-    ``simulated``: the CPU simulator's verdict (None when it did not run) and ``diagnosis`` its
-    messages; ``passed``: one verdict on every machine: the machine code's checks and the
+    ``simulated``: the CPU simulator's verdict (None when it did not run; ``cpu`` names what gave
+    it) and ``diagnosis`` its messages; ``passed``: one verdict on every machine: the machine code's checks and the
     simulator's, and on a GPU its checks too (evidence on top, never instead).
     """
 
@@ -223,6 +272,7 @@ class Grade:
     sass_notes: list[str] = field(default_factory=list)
     simulated: bool | None = None
     diagnosis: list[str] = field(default_factory=list)
+    cpu: str = "CPU simulator"  # what gave ``simulated``
 
     @property
     def on_gpu(self) -> bool:
@@ -301,8 +351,8 @@ class Grade:
         elif self.note:
             out.append(f"  GPU checks: not run ({self.note})")
         if self.simulated is not None:
-            head = "what is wrong (CPU simulator)" if self.checks_failed else \
-                f"CPU simulator: {'all cases pass' if self.simulated else 'wrong'}"
+            head = f"what is wrong ({self.cpu})" if self.checks_failed else \
+                f"{self.cpu}: {'all cases pass' if self.simulated else 'wrong'}"
             out += [f"  {head}:", *(f"    {m}" for m in self.diagnosis)]
         elif self.diagnosis:  # why the simulator could not run
             out += [f"  {m}" for m in self.diagnosis]
@@ -427,7 +477,11 @@ def grade(key: str, source: str | None = None, *, solution: bool = False, gpu: b
     result = Grade(key, label, True)
     notes = _read_sass(e, compiled, result)
     gpu = torch.cuda.is_available() if gpu is None else gpu
-    if simulate:
+    if e.cpu_check is not None:  # the simulator cannot run it: the source's own checks
+        mistakes = e.cpu_check(source)
+        result.simulated, result.cpu = (False if mistakes else None), "source check (no clusters on the CPU)"
+        result.diagnosis = mistakes or ["graded on a GPU only (sm_90): the CPU simulator has no thread-block clusters"]
+    elif simulate:
         result.simulated, result.diagnosis = _simulate(key, source)
     if not gpu:
         result.note = "; ".join([*notes, "no CUDA GPU is visible here"])

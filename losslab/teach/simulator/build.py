@@ -55,7 +55,7 @@ def _matching_paren(text: str, open_at: int) -> int:
     raise CompileError(f"a kernel launch's argument list never closes (from offset {open_at})")
 
 
-def _blank_comments(text: str) -> str:
+def blank_comments(text: str) -> str:
     """``text`` with comments replaced by spaces (newlines kept): positions stay valid."""
     return _COMMENT.sub(lambda m: re.sub(r"[^\n]", " ", m[0]), text)
 
@@ -90,7 +90,7 @@ def _register_shared(text: str) -> str:
     on the same line, by calls that let the simulator fill them with NaN at each block's start
     (reading shared memory no thread wrote then shows as a NaN loss). Elsewhere the header's
     ``#define __shared__ static`` applies."""
-    code = _blank_comments(text)
+    code = blank_comments(text)
     out, pos = [], 0
     for m in re.finditer(r"\b__shared__\b", code):
         end = code.find(";", m.end())

@@ -58,6 +58,7 @@ EXERCISES = {
         case_lib.CROSS_ENTROPY, special="online_softmax",
         wrong_max=("slot 0 must end with the whole block's state: at each step (stride THREADS/2 down to 1) the "
                    "first `stride` threads merge the slot `stride` further into their own")),
+    "fused_softmax": ExerciseText(case_lib.CROSS_ENTROPY, special="fused_softmax"),
     "vectorize_logits": ExerciseText(case_lib.CROSS_ENTROPY, special="logit_parts"),
     "warp_max": ExerciseText(
         case_lib.CROSS_ENTROPY, special="online_softmax",
@@ -148,8 +149,8 @@ def _close(got, want) -> bool:
     got = np.where(np.isnan(want), 0.0, got)
     want = np.where(np.isnan(want), 0.0, want)
     both_inf = np.isinf(want) & (got == want)
-    ok = np.isclose(got, want, rtol=RTOL, atol=ATOL * max(1.0, float(np.nanmax(np.abs(want), initial=0.0))),
-                    equal_nan=True)
+    scale = float(np.max(np.abs(want[np.isfinite(want)]), initial=1.0))  # an inf want (race: a run's loss) is no scale
+    ok = np.isclose(got, want, rtol=RTOL, atol=ATOL * scale, equal_nan=True)
     return bool(np.all(ok | both_inf))
 
 
@@ -392,7 +393,7 @@ def _fused_messages(outcome: run_lib.Outcome, references, text: ExerciseText) ->
         if np.isnan(got).any() and not np.isnan(want).any():
             where = int(np.argmax(np.isnan(got)))
             return [f"elements of the gradient are never written on {r.case.name} (element {where} is still the "
-                    f"NaN the simulator fills grad_predictions with): every element must be written once"]
+                    f"NaN the simulator fills the gradient with): every element must be written once"]
         mask = np.abs(want) > 1e-12
         ratios = got[mask] / want[mask]
         if ratios.size and np.allclose(ratios, ratios[0], rtol=1e-3):
@@ -406,8 +407,34 @@ def _fused_messages(outcome: run_lib.Outcome, references, text: ExerciseText) ->
     return []
 
 
+def _fused_softmax_messages(outcome: run_lib.Outcome, references, text: ExerciseText) -> list[str]:
+    """cross_entropy's gradient written in the forward: never written (as kl_div's), wrong only at the
+    targets (the one-hot), a factor n_valid (the mean's 1 / n_valid)."""
+    for r, ref in zip(outcome.results, references, strict=True):
+        if not r.finished or r.grad is None or _close(r.grad, ref["grad"]):
+            continue
+        got, want = r.grad.astype(np.float64).reshape(r.case.B, r.case.D), ref["grad"].reshape(r.case.B, r.case.D)
+        if np.isnan(got).any():
+            return _fused_messages(outcome, references, text)
+        valid = r.case.t != case_lib.IGNORE_INDEX
+        at_target = np.zeros_like(got, dtype=bool)
+        at_target[np.arange(r.case.B)[valid], r.case.t[valid]] = True
+        if np.allclose(got[~at_target], want[~at_target], rtol=RTOL, atol=ATOL):
+            return [f"the gradient is wrong only at each row's target class on {r.case.name}: dL/dx_j = "
+                    f"softmax(x)_j - 1 where j is the target (the one-hot), softmax(x)_j elsewhere"]
+        mask = (np.abs(want) > 1e-12) & valid[:, None]
+        ratios = got[mask] / want[mask]
+        n_valid = int(valid.sum())
+        if ratios.size and np.allclose(ratios, n_valid, rtol=1e-3) and n_valid > 1:
+            return [f"the gradient is n_valid = {n_valid} times too large on {r.case.name}: the loss is the mean "
+                    f"over the valid rows, so dL/dx carries `scale` (1 / n_valid on a valid row, 0 on an ignored one)"]
+        if not np.allclose(got[~valid], 0.0):
+            return [f"an ignored row's gradient is not 0 on {r.case.name}: multiply by `scale`, which is 0 there"]
+    return []
+
+
 _SPECIAL = {"online_softmax": _online_softmax_messages, "fused": _fused_messages,
-            "logit_parts": _logit_parts_messages}
+            "logit_parts": _logit_parts_messages, "fused_softmax": _fused_softmax_messages}
 
 
 def _notes(text: ExerciseText, source: str) -> list[str]:
@@ -441,10 +468,10 @@ def unfilled(key: str, text: str) -> bool:
     at = skeleton.find("FILL ME IN")
     if at < 0:
         return False
-    blank = build._blank_comments(skeleton)  # positions kept: split the code at the comment
+    blank = build.blank_comments(skeleton)  # positions kept: split the code at the comment
     before, after = _code_lines(blank[:at]), _code_lines(blank[at:])
     window = before[-2:] + after[:1]  # two lines before: the placeholder's neighbours may recur (a tail loop)
-    code = _code_lines(build._blank_comments(text))
+    code = _code_lines(build.blank_comments(text))
     return any(code[i:i + len(window)] == window for i in range(len(code)))
 
 
