@@ -58,8 +58,18 @@ def test_rewrite_registers_shared_arrays_in_functions_only():
     out = build.rewrite(text)
     assert out.count("\n") == text.count("\n")
     assert "namespace { __shared__ float g[4]; }" in out
-    assert ("static float a[2 * 8], b[3]; ::cuda_sim::shared_region(&a, sizeof(a));"
-            " ::cuda_sim::shared_region(&b, sizeof(b));") in out
+    assert ('static float a[2 * 8], b[3]; ::cuda_sim::shared_region(&a, sizeof(a), "a");'
+            ' ::cuda_sim::shared_region(&b, sizeof(b), "b");') in out
+
+
+def test_rewrite_marks_each_update_of_a_shared_element_and_nothing_else():
+    text = ("__device__ void f(float* g) {\n  __shared__ float a[4], b[2];\n  a[threadIdx.x] += b[a[0] > 0];\n"
+            "  b[1]++;\n  a[2] = a[2] + 1;\n  a[3] = b[0];\n  atomicAdd(&a[0], 1.f);\n  g[0] += a[1];\n}\n")
+    out = build.rewrite(text).splitlines()
+    mark = "(*::cuda_sim::update(&({}), __FILE__, __LINE__))"
+    assert out[2] == f"  {mark.format('a[threadIdx.x]')} += b[a[0] > 0];"
+    assert out[3] == f"  {mark.format('b[1]')}++;" and out[4] == f"  {mark.format('a[2]')} = a[2] + 1;"
+    assert out[5:8] == ["  a[3] = b[0];", "  atomicAdd(&a[0], 1.f);", "  g[0] += a[1];"]
 
 
 def test_rewrite_refuses_a_launch_without_arguments():
@@ -115,6 +125,8 @@ WRONG = [
      "elements of a row are added the wrong number of times (element 1: 2, element 2: 3,"),
     ("coalesce", "coalesce_no_division.cu",
      "every row's sum is right but the loss is B times too large: divide the sum of the rows by B"),
+    ("coalesce", "coalesce_lost_update.cu",
+     "lost update: threads 0 and 1 of block 0 both update shared partial[0] (read, change, write) with no barrier"),
     ("warp_shuffle", "warp_shuffle_no1.cu",
      "lanes [1, 3, 5, 7, 9, 11]... of each warp never reach lane 0: offset(s) 1 missing"),
     ("warp_shuffle", "warp_shuffle_assign.cu",
@@ -176,6 +188,16 @@ def test_every_wrong_answer_file_is_tested():
     named = {w[1] for w in WRONG} | {"coalesce_endless.cu", "warp_shuffle_down.cu"}
     other = (ROOT / "tests" / "test_exercises.py").read_text()
     assert {p.name for p in CASES.glob("*.cu") if p.name not in named and p.name not in other} == set()
+
+
+def test_an_atomic_update_of_one_shared_address_is_no_lost_update():
+    """The lost update's fix passes: atomicAdd is one operation (the simulator's two thread orders alone
+    never exposed the lost update: each thread's read, add and write run whole here)."""
+    lost = (CASES / "coalesce_lost_update.cu").read_text()
+    source = lost.replace("partial[0] += sum;", "atomicAdd(&partial[0], sum);")
+    assert "atomicAdd(&partial[0], sum);" in source
+    g = diagnose.grade_on_cpu("coalesce", source)
+    assert g.passed, joined(g)
 
 
 def test_an_endless_loop_is_stopped_by_the_time_limit():

@@ -526,7 +526,7 @@ def grade_on_cpu(key: str, source: str | Path | None = None, *, time_limit: floa
     if special:  # the exercise's own diagnosis replaces the generic "wrong loss/gradient on ..." lines
         generic = [m for m in generic if not m.startswith(("wrong loss on", "wrong gradient on", "the loss is NaN"))]
     messages += special + generic
-    races = [m for m in messages if m.startswith(_RACE)]  # with a race every other number is noise
+    races = [m for m in messages if m.startswith((_RACE, "lost update"))]  # a race makes other numbers noise
     messages = races + [m for m in messages if m not in races]
     if messages and unfilled(key, text):
         messages.append("the FILL ME IN in the source is still to do")
