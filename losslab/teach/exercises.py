@@ -164,8 +164,7 @@ EXERCISES = (
              (SassCheck("more exponentials (MUFU.EX2) than the skeleton",
                         "combine rescales each sum by an expf, on the special-function unit: the skeleton "
                         "(which already shuffles, and exponentiates in lse_add) has fewer", any_of=("MUFU.EX2",),
-                        more=True, fix="combine must rescale each part's sum by exp(its max - the "
-                                                        "combined max)"),)),
+                        more=True, fix="combine must rescale each part's sum by exp(its max - the combined max)"),)),
     Exercise("fused", KL_DIV, "fused", "Fuse the gradient into the forward",
              "While the forward reads p and t for the loss, write dL/dp for grad_loss = 1 into "
              "grad_predictions, so the backward only scales it by grad_loss.", 15, fused=True),
@@ -250,14 +249,14 @@ def task(key: str) -> Html:
 class Grade:
     """The outcome of grading one source.
 
-    ``compiled``: nvcc accepted it (else ``compile_error`` and ``hints``, which also hold the fixes of
-    failed machine-code checks); ``sass``: check label
-    -> True, False or None (cannot tell; empty when cuobjdump is missing), ``sass_notes`` what
-    the machine code shows; ``checks``: the GPU's CheckResults (None when they did not run,
-    ``note`` says why); ``fault``: the child's verdict when the kernel hung or faulted;
-    ``simulated``: the CPU simulator's verdict (None when it did not run; ``cpu`` names what gave
-    it) and ``diagnosis`` its messages; ``passed``: one verdict on every machine: the machine code's checks and the
-    simulator's, and on a GPU its checks too (evidence on top, never instead).
+    ``compiled``: nvcc accepted it (else ``compile_error`` and ``hints``, which also hold the
+    fixes of failed machine-code checks); ``sass``: check label -> True, False or None (cannot
+    tell; empty when cuobjdump is missing), ``sass_notes`` what the machine code shows;
+    ``checks``: the GPU's CheckResults (None when they did not run, ``note`` says why);
+    ``fault``: the child's verdict when the kernel hung or faulted; ``simulated``: the CPU
+    simulator's verdict (None when it did not run; ``cpu`` names what gave it) and
+    ``diagnosis`` its messages; ``passed``: one verdict on every machine: the machine code's
+    checks and the simulator's, and on a GPU its checks too (evidence on top, never instead).
     """
 
     key: str

@@ -119,9 +119,9 @@ def _register_shared(text: str) -> str:
     on the same line, by calls that let the simulator fill them with NaN at each block's start
     (reading shared memory no thread wrote then shows as a NaN loss); each later update of an
     element of ``a`` in its block (``a[i] += v``, ``a[i]++``, ``a[i] = a[i] + v``) becomes
-    ``(*::cuda_sim::update(&(a[i]), __FILE__, __LINE__)) += v``, which tells the simulator which thread updates
-    which address (a lost update: ``cuda_sim.h``). Elsewhere the header's ``#define __shared__
-    static`` applies."""
+    ``(*::cuda_sim::update(&(a[i]), __FILE__, __LINE__)) += v``, which tells the simulator
+    which thread updates which address (a lost update: ``cuda_sim.h``). Elsewhere the header's
+    ``#define __shared__ static`` applies."""
     code = blank_comments(text)
     edits, done = [], 0  # (start, end, replacement) in text, in order
     for m in re.finditer(r"\b__shared__\b", code):
