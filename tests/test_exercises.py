@@ -31,10 +31,18 @@ def test_exercise_files(exercise):
 
 
 def test_exercise_ladder_order():
-    """Five exercises, one idea of the ladder each, in the ladder's order; each rebuilds a real rung."""
-    assert [e.key for e in exercises.EXERCISES] == ["coalesce", "warp_shuffle", "vectorize", "online_softmax", "fused"]
-    for e in exercises.EXERCISES:
+    """Ten exercises, one idea of a ladder each; each rebuilds a real rung, and every rung above naive of both
+    ladders has one (a skeleton's number is its place in this list)."""
+    assert [e.key for e in exercises.EXERCISES] == [
+        "coalesce", "warp_shuffle", "vectorize", "online_softmax", "fused",
+        "logsumexp_tree", "warp_max", "vectorize_logits", "fused_softmax", "cluster"]
+    for number, e in enumerate(exercises.EXERCISES, start=1):
         assert e.rung in problems.get(e.problem).variants and 5 <= e.minutes <= 45
+        assert e.skeleton.read_text().startswith(f"// Exercise {number} -- ")
+    for problem in {e.problem for e in exercises.EXERCISES}:
+        ladder = [v for v in problems.get(problem).variants if (build.ROOT / "kernels" / problem / "ladder" /
+                                                                 f"{v}.cu").exists()]
+        assert {e.rung for e in exercises.EXERCISES if e.problem == problem} == set(ladder) - {"naive"}, problem
 
 
 @pytest.mark.parametrize("exercise", exercises.EXERCISES, ids=lambda e: e.key)
@@ -72,14 +80,21 @@ def test_grade_is_green_only_when_everything_passes():
     assert simulated.passed and "on the CPU simulator" in "\n".join(simulated.lines())
     red = exercises.Grade("vectorize", "x.cu", True, simulated=False, diagnosis=["the tail misses"])
     assert not red.passed and "RED: not yet" in "\n".join(red.lines()) and "the tail misses" in "\n".join(red.lines())
-    # a GPU verdict wins over the simulator's: the hardware ran it
+    # one verdict: the GPU's checks and the simulator's must both pass
     assert not exercises.Grade("vectorize", "x.cu", True, checks=[_check(False)], simulated=True).passed
+    assert not exercises.Grade("vectorize", "x.cu", True, checks=[_check(True)], simulated=False).passed
+    assert exercises.Grade("vectorize", "x.cu", True, checks=[_check(True)], simulated=True).passed
+    assert exercises.Grade("vectorize", "x.cu", True, checks=[_check(True)]).passed  # no g++ on the GPU machine
     assert "does not compile" in "\n".join(exercises.Grade("vectorize", "x.cu", False, "line 3: error").lines())
 
 
 def test_coalesce_machine_code_check_reads_the_load_offsets():
     solution = ("Function : _Z24coalesced_forward_kernelPKfS0_Pfl\n LDG.E.CONSTANT R14, [R8.64+0x800] ;\n"
                 " LDG.E.CONSTANT R18, [R8.64+0x400] ;\n LDG.E.CONSTANT R10, [R8.64] ;")
+    sm_90 = ("Function : _Z24coalesced_forward_kernelPKfS0_Pfl\n LDG.E.CONSTANT R16, desc[UR8][R8.64+-0x800] ;\n"
+             " LDG.E.CONSTANT R12, desc[UR8][R8.64+0x400] ;")
+    assert exercises._strided_loads(sm_90) is True
+    assert exercises._strided_loads(sm_90.replace("0x400", "0x4")) is False
     whole_row = ("Function : _Z24coalesced_forward_kernelPKfS0_Pfl\n LDG.E.CONSTANT R12, [R2.64+-0x8] ;\n"
                  " LDG.E.CONSTANT R6, [R4.64+0x4] ;")
     assert exercises._strided_loads(solution) is True
@@ -115,6 +130,12 @@ def _gxx_with_sanitizers() -> bool:
 
 simulator = pytest.mark.skipif(not _gxx_with_sanitizers(), reason="g++ with sanitizers missing: no CPU simulator")
 CASES = build.ROOT / "tests" / "simulator_cases"
+
+CLUSTER_WRONG = [
+    ("cluster_no_first_sync.cu", "the other CTA's part is read before it is written"),
+    ("cluster_no_second_sync.cu", "a CTA may exit while the other still reads its shared memory"),
+    ("cluster_own_part.cu", "map_shared_rank(&part, rank) is this CTA's own part"),
+]
 
 
 @pytest.mark.compile
@@ -163,6 +184,31 @@ def test_a_failing_gpu_check_gets_the_simulator_s_diagnosis(monkeypatch):
     assert "what is wrong (CPU simulator):" in text and "each thread sums the whole row" in text, text
 
 
+ONE_VERDICT = [  # answers whose numbers pass on a GPU, rejected by the machine code or the simulator
+    ("coalesce", "coalesce_chunk.cu", "each thread walks its own run of consecutive elements"),
+    ("warp_shuffle", "warp_shuffle_half_mask.cu", "lane 16 is not in the mask 0x0000ffff: its value is undefined"),
+    ("coalesce", "coalesce_lost_update.cu", "lost update: threads 0 and 1 of block 0 both update shared partial[0]"),
+]
+
+
+@pytest.mark.compile
+@simulator
+@pytest.mark.parametrize("key, case, expected", ONE_VERDICT)
+def test_one_verdict_a_passing_gpu_does_not_overrule_the_simulator(key, case, expected, monkeypatch):
+    """The GPU's checks (faked: all pass) add evidence on top of the simulator and the machine code, never
+    instead: both false passes seen on an H100 are red, with the hint a machine without a GPU gives."""
+    passing = custom.CheckRun(isolated.Outcome("ok", value=[]), [_check(True)])
+    monkeypatch.setattr(custom, "compile_variant", lambda *a, **k: object())
+    monkeypatch.setattr(custom, "check", lambda *a, **k: passing)
+    source = (CASES / case).read_text()
+    on_gpu, on_cpu = exercises.grade(key, source, gpu=True), exercises.grade(key, source, gpu=False)
+    text = "\n".join(on_gpu.lines())
+    assert on_gpu.on_gpu and not on_gpu.passed and "GPU checks: 1 of 1 passed" in text and "RED" in text, text
+    assert not on_cpu.passed and on_gpu.hint == on_cpu.hint and expected in on_gpu.hint, on_gpu.hint
+    solved = exercises.grade(key, solution=True, gpu=True)
+    assert solved.passed and "GREEN: done (on the GPU and the CPU simulator)" in solved.lines()[-1]
+
+
 @pytest.mark.compile
 def test_a_compile_error_gets_a_hint():
     source = (CASES / "warp_shuffle_no_sync.cu").read_text()
@@ -170,10 +216,17 @@ def test_a_compile_error_gets_a_hint():
     assert not grade.compiled
     assert "hint: did you mean __shfl_xor_sync (CUDA 9+ needs the mask)?" in "\n".join(grade.lines())
 
+ARCHS = pytest.mark.parametrize("arch", ["8.0", "9.0"])  # sm_80 here (no GPU), sm_90 on an H100/H200
+
+
 @pytest.mark.compile
+@ARCHS
 @pytest.mark.parametrize("exercise", exercises.EXERCISES, ids=lambda e: e.key)
-def test_skeleton_and_solution_compile(exercise, tmp_path):
-    """Both compile; the solution's machine code shows the rung's idea and the skeleton's does not."""
+def test_skeleton_and_solution_compile(exercise, arch, tmp_path, monkeypatch):
+    """Both compile; the solution's machine code shows the rung's idea and the skeleton's does not, for the
+    architecture of a machine without a GPU and of the GPU machine (sm_90's SASS spells loads desc[UR][R.64]
+    and keeps more of an unfinished skeleton: a relative check compares with the skeleton's own SASS)."""
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", arch)
     compiled = {kind: custom.check_source(exercise.problem, path.read_text(), exercise.key, root=tmp_path)
                 for kind, path in (("skeleton", exercise.skeleton), ("solution", exercise.solution))}
     assert compiled["skeleton"].folder != compiled["solution"].folder
@@ -183,8 +236,21 @@ def test_skeleton_and_solution_compile(exercise, tmp_path):
         sass = {kind: c.sass() for kind, c in compiled.items()}
     except build.BuildError as err:
         pytest.skip(f"cuobjdump missing: {err}")
-    assert all(check.found(sass["solution"]) for check in exercise.sass)
-    assert not all(check.found(sass["skeleton"]) for check in exercise.sass)
+    assert all(check.found(sass["solution"], sass["skeleton"]) for check in exercise.sass)
+    assert not all(check.found(sass["skeleton"], sass["skeleton"]) for check in exercise.sass)
+
+
+@pytest.mark.compile
+@ARCHS
+@pytest.mark.parametrize("key, case", [("coalesce", "coalesce_chunk.cu"),
+                                       ("online_softmax", "online_softmax_no_rescale.cu")])
+def test_the_machine_code_check_refuses_a_wrong_answer_on_every_architecture(key, case, arch, monkeypatch):
+    """A thread walking its own chunk (4-byte load offsets) and a combine without the rescale (no more exps
+    than the skeleton) fail their SASS check on sm_80 and on sm_90 alike."""
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", arch)
+    grade = exercises.grade(key, (CASES / case).read_text(), gpu=False, simulate=False)
+    assert grade.compiled and list(grade.sass.values()) == [False], grade.lines()
+    assert not grade.passed and grade.hint.startswith("the machine code lacks"), grade.hint
 
 
 # --- gpu tier ----------------------------------------------------------------------------------------------
@@ -208,13 +274,34 @@ def test_solution_passes_and_skeleton_fails(exercise):
     ("online_softmax", "online_softmax_overflow.cu", "the sum is NaN or inf"),
     ("fused", "fused_no_inv_b.cu", "the gradient is B = 3 times too large"),
     ("fused", "fused_sign.cu", "the gradient has the wrong sign"),
+    ("logsumexp_tree", "logsumexp_tree_no_barrier.cu", "the loss changes with the order the threads run"),
+    ("logsumexp_tree", "logsumexp_tree_no_rescale.cu", "the max is right but the sum is not"),
+    ("warp_max", "warp_max_down.cu", "every lane needs the warp's max"),
+    ("warp_max", "warp_max_no16.cu", "some lanes' values never reach the warp's max"),
+    ("vectorize_logits", "vectorize_logits_no_tail.cu", "the scalar tail misses"),
+    ("vectorize_logits", "vectorize_logits_tail_every_thread.cu", "the tail is added more than once"),
+    ("vectorize_logits", "vectorize_logits_no_head.cu", "misaligned 16-byte load"),
+    ("fused_softmax", "fused_softmax_no_onehot.cu", "wrong only at each row's target class"),
+    ("fused_softmax", "fused_softmax_no_scale.cu", "the gradient is n_valid = 3 times too large"),
+    *(("cluster", case, expected) for case, expected in CLUSTER_WRONG),
 ])
 def test_wrong_answers_fail_on_the_gpu_with_the_diagnosis(key, case, expected):
     grade = exercises.grade(key, (CASES / case).read_text())
     text = "\n".join(grade.lines())
     assert not grade.passed and (grade.fault or grade.checks is not None), text
-    if _gxx_with_sanitizers():
+    if _gxx_with_sanitizers() or exercises.get(key).cpu_check:
         assert expected in text, text
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("key, case, expected", ONE_VERDICT)
+def test_one_verdict_on_the_gpu(key, case, expected):
+    """On the hardware these answers' numbers may well be right; the grade is red with the CPU's hint."""
+    grade = exercises.grade(key, (CASES / case).read_text())
+    text = "\n".join(grade.lines())
+    assert grade.on_gpu and not grade.passed, text
+    if _gxx_with_sanitizers() or case == "coalesce_chunk.cu":  # the machine code's check: no simulator needed
+        assert expected in grade.hint, text
 
 
 @pytest.mark.gpu
@@ -232,9 +319,23 @@ def test_vectorize_without_the_head_is_graded_red_and_the_gpu_stays_usable():
 
 
 def test_the_simulator_knows_every_exercise_and_its_problem():
+    """Every exercise but those the CPU checks otherwise (cluster: no clusters in the simulator)."""
     from losslab.teach.simulator import diagnose
 
-    assert {k: t.problem for k, t in diagnose.EXERCISES.items()} == {e.key: e.problem for e in exercises.EXERCISES}
+    assert {k: t.problem for k, t in diagnose.EXERCISES.items()} == \
+        {e.key: e.problem for e in exercises.EXERCISES if e.cpu_check is None}
+    assert [e.key for e in exercises.EXERCISES if e.cpu_check] == ["cluster"]
+    assert "on a GPU only" in exercises.get("cluster").skeleton.read_text()
+
+
+@pytest.mark.parametrize("case, expected", CLUSTER_WRONG)
+def test_the_cluster_exercise_s_source_check_names_each_mistake(case, expected):
+    """No clusters on the CPU: the source shows the barriers and the DSMEM read (the GPU grades the numbers)."""
+    check = exercises.get("cluster").cpu_check
+    messages = check((CASES / case).read_text())
+    assert len(messages) == 1 and expected in messages[0], messages
+    assert check(exercises.get("cluster").solution.read_text()) == []
+    assert "is never read" in check(exercises.get("cluster").skeleton.read_text())[0]
 
 
 @pytest.mark.parametrize("exercise", exercises.EXERCISES, ids=lambda e: e.key)

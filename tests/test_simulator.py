@@ -58,8 +58,18 @@ def test_rewrite_registers_shared_arrays_in_functions_only():
     out = build.rewrite(text)
     assert out.count("\n") == text.count("\n")
     assert "namespace { __shared__ float g[4]; }" in out
-    assert ("static float a[2 * 8], b[3]; ::cuda_sim::shared_region(&a, sizeof(a));"
-            " ::cuda_sim::shared_region(&b, sizeof(b));") in out
+    assert ('static float a[2 * 8], b[3]; ::cuda_sim::shared_region(&a, sizeof(a), "a");'
+            ' ::cuda_sim::shared_region(&b, sizeof(b), "b");') in out
+
+
+def test_rewrite_marks_each_update_of_a_shared_element_and_nothing_else():
+    text = ("__device__ void f(float* g) {\n  __shared__ float a[4], b[2];\n  a[threadIdx.x] += b[a[0] > 0];\n"
+            "  b[1]++;\n  a[2] = a[2] + 1;\n  a[3] = b[0];\n  atomicAdd(&a[0], 1.f);\n  g[0] += a[1];\n}\n")
+    out = build.rewrite(text).splitlines()
+    mark = "(*::cuda_sim::update(&({}), __FILE__, __LINE__))"
+    assert out[2] == f"  {mark.format('a[threadIdx.x]')} += b[a[0] > 0];"
+    assert out[3] == f"  {mark.format('b[1]')}++;" and out[4] == f"  {mark.format('a[2]')} = a[2] + 1;"
+    assert out[5:8] == ["  a[3] = b[0];", "  atomicAdd(&a[0], 1.f);", "  g[0] += a[1];"]
 
 
 def test_rewrite_refuses_a_launch_without_arguments():
@@ -69,7 +79,7 @@ def test_rewrite_refuses_a_launch_without_arguments():
 
 # ---- solutions, skeletons, wrong answers ----------------------------------------------------
 
-@pytest.mark.parametrize("key", ["coalesce", "warp_shuffle", "vectorize", "online_softmax", "fused"])
+@pytest.mark.parametrize("key", list(diagnose.EXERCISES))
 def test_solution_passes(key):
     problem = diagnose.EXERCISES[key].problem
     g = grade(key, SOLUTIONS.parent / problem / f"{key}.cu")
@@ -92,6 +102,10 @@ def test_solution_outputs_match_the_float64_reference():
     ("vectorize", "the elements in the float4 packs never reach the loss"),
     ("online_softmax", "the combined max is wrong on 3 x 1000: row 0 has max"),
     ("fused", "elements of the gradient are never written on 3 x 1000"),
+    ("logsumexp_tree", "the combined max is wrong on 3 x 1000: row 0 has max"),
+    ("warp_max", "some lanes' values never reach the warp's max"),
+    ("vectorize_logits", "a row's sum is 0 (its log is -inf): no float4 pack reaches it"),
+    ("fused_softmax", "elements of the gradient are never written on 3 x 1000"),
 ])
 def test_untouched_skeleton_fails_with_a_clear_message(key, expected):
     g = grade(key, None)
@@ -111,6 +125,8 @@ WRONG = [
      "elements of a row are added the wrong number of times (element 1: 2, element 2: 3,"),
     ("coalesce", "coalesce_no_division.cu",
      "every row's sum is right but the loss is B times too large: divide the sum of the rows by B"),
+    ("coalesce", "coalesce_lost_update.cu",
+     "lost update: threads 0 and 1 of block 0 both update shared partial[0] (read, change, write) with no barrier"),
     ("warp_shuffle", "warp_shuffle_no1.cu",
      "lanes [1, 3, 5, 7, 9, 11]... of each warp never reach lane 0: offset(s) 1 missing"),
     ("warp_shuffle", "warp_shuffle_assign.cu",
@@ -138,6 +154,24 @@ WRONG = [
      "the gradient is B = 3 times too large on 3 x 1000: L is the sum divided by B"),
     ("fused", "fused_sign.cu",
      "the gradient has the wrong sign on 3 x 1000"),
+    ("logsumexp_tree", "logsumexp_tree_no_barrier.cu",
+     "the loss changes with the order the threads run"),
+    ("logsumexp_tree", "logsumexp_tree_no_rescale.cu",
+     "the max is right but the sum is not on 3 x 1000"),
+    ("warp_max", "warp_max_down.cu",
+     "__shfl_down_sync leaves it in lane 0 only"),
+    ("warp_max", "warp_max_no16.cu",
+     "some lanes' values never reach the warp's max: a butterfly"),
+    ("vectorize_logits", "vectorize_logits_no_tail.cu",
+     "wrong only on the rows with a tail: the scalar tail misses the last (C - head) % 4 logits"),
+    ("vectorize_logits", "vectorize_logits_tail_every_thread.cu",
+     "wrong only on the rows with a tail: the tail is added more than once"),
+    ("vectorize_logits", "vectorize_logits_no_head.cu",
+     "misaligned 16-byte load at row 1: peel the head first"),
+    ("fused_softmax", "fused_softmax_no_onehot.cu",
+     "the gradient is wrong only at each row's target class on 3 x 1000"),
+    ("fused_softmax", "fused_softmax_no_scale.cu",
+     "the gradient is n_valid = 3 times too large on 3 x 1000"),
 ]
 
 
@@ -146,6 +180,24 @@ def test_wrong_answer_gets_its_specific_message(key, name, expected):
     g = grade(key, CASES / name)
     assert not g.passed
     assert expected in g.messages[0] or expected in joined(g), joined(g)
+
+
+def test_every_wrong_answer_file_is_tested():
+    """Each file under simulator_cases/ (but the endless loop's, tested on its own) is a wrong answer above or
+    in tests/test_exercises.py."""
+    named = {w[1] for w in WRONG} | {"coalesce_endless.cu", "warp_shuffle_down.cu"}
+    other = (ROOT / "tests" / "test_exercises.py").read_text()
+    assert {p.name for p in CASES.glob("*.cu") if p.name not in named and p.name not in other} == set()
+
+
+def test_an_atomic_update_of_one_shared_address_is_no_lost_update():
+    """The lost update's fix passes: atomicAdd is one operation (the simulator's two thread orders alone
+    never exposed the lost update: each thread's read, add and write run whole here)."""
+    lost = (CASES / "coalesce_lost_update.cu").read_text()
+    source = lost.replace("partial[0] += sum;", "atomicAdd(&partial[0], sum);")
+    assert "atomicAdd(&partial[0], sum);" in source
+    g = diagnose.grade_on_cpu("coalesce", source)
+    assert g.passed, joined(g)
 
 
 def test_an_endless_loop_is_stopped_by_the_time_limit():
@@ -362,7 +414,7 @@ def test_fill_me_in_hint_follows_the_code_not_the_comment(tmp_path):
     assert not g.passed and FILL_HINT in joined(g)
 
 
-@pytest.mark.parametrize("key", ["coalesce", "warp_shuffle", "vectorize", "online_softmax", "fused"])
+@pytest.mark.parametrize("key", list(diagnose.EXERCISES))
 def test_unfilled_reads_the_code(key):
     problem = diagnose.PROBLEM_OF[key]
     skeleton = (ROOT / "exercises" / problem / f"{key}.cu").read_text()

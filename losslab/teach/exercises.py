@@ -1,12 +1,12 @@
-"""Graded exercises that follow the ladder: a skeleton to complete, a grader, a solution.
+"""Graded exercises that follow the ladders: a skeleton to complete, a grader, a solution.
 
-``exercises.task("coalesce")`` says what to do and shows the skeleton; ``exercises.grade("coalesce")``
-compiles it, reads its machine code, runs it (:func:`grade`: on a GPU, else the CPU simulator) and says
-what is wrong. Each exercise is a CUDA file under ``exercises/<problem>/`` that compiles but fails until
-its ``FILL ME IN`` is done; its solution is under ``exercises/solutions/<problem>/``. Both define the
-launchers of a custom variant (``losslab.teach.custom``). The five follow the ladder, one idea each:
-coalesce, warp_shuffle, vectorize (kl_div), online_softmax (cross_entropy's (max, sum) combine) and
-fused (kl_div's gradient written in the forward).
+``exercises.task("coalesce")`` says what to do; ``exercises.grade("coalesce")`` compiles the skeleton as it
+is now, reads its machine code, runs it on the CPU simulator (and on a GPU where there is one) and says what
+is wrong. An exercise is a CUDA file under ``exercises/<problem>/`` that compiles but fails until its
+``FILL ME IN`` is done; its solution is under ``exercises/solutions/<problem>/``; both define a custom
+variant's launchers (``losslab.teach.custom``). Ten, one idea of a rung each: coalesce, warp_shuffle,
+vectorize, fused (kl_div); logsumexp_tree, warp_max, online_softmax, vectorize_logits, fused_softmax, cluster.
+One module: the table of exercises, their machine-code checks and the grade that reads them change together.
 """
 from __future__ import annotations
 
@@ -27,7 +27,9 @@ from losslab.teach.simulator.diagnose import EMPTY
 
 ROOT = build.ROOT / "exercises"
 SIZES = ("small", "odd", "narrow", "scalar")  # graded sizes: aligned, odd, few rows, one element
-_LOAD_OFFSET = re.compile(r"LDG\.E[.\w]*\s+R\d+,\s*\[R\d+(?:\.64)?([+-]0x[0-9a-f]+)?\]")
+# A global load's immediate offset, in the SASS of every toolkit and architecture seen: sm_80's
+# `LDG.E.CONSTANT R14, [R8.64+0x800]` and sm_90's `LDG.E.CONSTANT R14, desc[UR8][R8.64+-0x800]`.
+_LOAD_OFFSET = re.compile(r"LDG(?:\.\w+)*\s+R\d+,\s*(?:desc\[\w+\])?\[R\d+(?:\.64)?(?:\+?(-?0x[0-9a-f]+))?\]")
 
 
 def _kernel_sass(sass: str, kernel: str) -> str:
@@ -50,18 +52,28 @@ def _strided_loads(sass: str) -> bool | None:
 
 @dataclass(frozen=True)
 class SassCheck:
-    """One machine-code check: ``label`` is shown; ``any_of``: opcodes of which one must appear,
-    or ``test``: a function of the SASS giving True, False or None (cannot tell); ``why``
-    explains what it shows; ``notes``: (opcode, note) shown when that opcode is what was found."""
+    """One machine-code check: ``label`` is shown; ``any_of``: opcodes of which one must appear
+    (``more``: more of them than in the skeleton's own SASS, for an idea that adds instructions
+    the skeleton already has some of: compilers differ in what they keep of an unfinished
+    skeleton), or ``test``: a function of the SASS giving True, False or None (cannot tell);
+    ``why`` explains what it shows; ``notes``: (opcode, note) shown when that opcode is found;
+    ``fix``: the likely mistake and its fix when the check fails (the grade's hint)."""
 
     label: str
     why: str
     any_of: tuple[str, ...] = ()
     test: Callable[[str], bool | None] | None = None
     notes: tuple[tuple[str, str], ...] = ()
+    more: bool = False
+    fix: str = ""
 
-    def found(self, sass: str) -> bool | None:
-        return self.test(sass) if self.test else any(op in sass for op in self.any_of)
+    def found(self, sass: str, skeleton: str = "") -> bool | None:
+        """Whether ``sass`` shows the idea; ``skeleton``: the skeleton's SASS, for a ``more`` check."""
+        if self.test:
+            return self.test(sass)
+        if self.more:
+            return sum(sass.count(op) for op in self.any_of) > sum(skeleton.count(op) for op in self.any_of)
+        return any(op in sass for op in self.any_of)
 
     def explain(self, sass: str) -> list[str]:
         return [note for opcode, note in self.notes if opcode in sass]
@@ -76,11 +88,34 @@ SHUFFLE = SassCheck(
                          "which a caller that needs it everywhere (a max used by all lanes) requires"),))
 
 
+def _cluster_source_check(source: str) -> list[str]:
+    """The cluster exercise's mistakes that the source shows: the other CTA's part never read through
+    DSMEM, or read from its own rank, and a cluster.sync() missing before or after the read."""
+    from losslab.teach.simulator.build import blank_comments
+
+    code = blank_comments(source)
+    read = re.search(r"map_shared_rank\s*\(([^;]*)\)", code)
+    if read is None:
+        return ["the other CTA's part is never read: other = *cluster.map_shared_rank(&part, rank ^ 1) points "
+                "into its shared memory"]
+    if re.fullmatch(r"\s*&\s*part\s*,\s*rank\s*", read[1]):
+        return ["map_shared_rank(&part, rank) is this CTA's own part: the other CTA's rank is rank ^ 1"]
+    before, after = code[:read.start()].count(".sync()"), code[read.end():].count(".sync()")
+    if before == 0:
+        return ["the other CTA's part is read before it is written: a cluster.sync() between thread 0's store "
+                "and the read"]
+    if after == 0:
+        return ["a CTA may exit while the other still reads its shared memory: a cluster.sync() after the read"]
+    return []
+
+
 @dataclass(frozen=True)
 class Exercise:
     """One exercise: ``key`` names its files, ``rung`` the shipped rung it rebuilds, ``minutes``
     the time a participant typically needs, ``sass`` the machine-code checks it must pass when
-    done; ``fused``: its forward writes the gradient (checked with the fused rung's autograd)."""
+    done; ``fused``: its forward writes the gradient (checked with the fused rung's autograd);
+    ``cpu_check``: for an exercise the simulator cannot run (no clusters on the CPU), what the CPU
+    checks instead: the source's mistakes, as messages (the kernel is graded on a GPU only)."""
 
     key: str
     problem: str
@@ -90,6 +125,7 @@ class Exercise:
     minutes: int
     sass: tuple[SassCheck, ...] = ()
     fused: bool = False
+    cpu_check: Callable[[str], list[str]] | None = None
 
     @property
     def skeleton(self) -> Path:
@@ -110,7 +146,10 @@ EXERCISES = (
                         "the compiler unrolls the row loop; the immediate offsets of its loads are the distance "
                         "from one iteration's element to the next for one thread: 256 floats (0x400 bytes) when "
                         "a thread steps over the block's other threads, 4 bytes when it walks its own run of "
-                        "consecutive floats (uncoalesced across lanes)", test=_strided_loads),)),
+                        "consecutive floats (uncoalesced across lanes)", test=_strided_loads,
+                        fix="each thread walks its own run of consecutive elements, so at each step the lanes of a "
+                            "warp read addresses far apart (uncoalesced, 32 cache lines a load): thread k must "
+                            "start at element k and step by THREADS"),)),
     Exercise("warp_shuffle", KL_DIV, "warp_shuffle", "Sum a warp with shuffles",
              "Write warp_sum: the sum of `value` over the 32 lanes of the warp, exchanged through registers "
              "(no shared memory, no barrier). block_sum uses lane 0's result.", 15, (SHUFFLE,)),
@@ -122,11 +161,38 @@ EXERCISES = (
              "Write combine: the (max, sum) state of the union of two parts of a row, from each part's "
              "(max, sum of exp(x - max)), exact for any logits (1e4 included) and for an empty part "
              "(max -FLT_MAX, sum 0).", 20,
-             (SHUFFLE, SassCheck("exponentials on the special-function unit (MUFU.EX2)",
-                                 "expf rescales each sum", any_of=("MUFU.EX2",)))),
+             (SassCheck("more exponentials (MUFU.EX2) than the skeleton",
+                        "combine rescales each sum by an expf, on the special-function unit: the skeleton "
+                        "(which already shuffles, and exponentiates in lse_add) has fewer", any_of=("MUFU.EX2",),
+                        more=True, fix="combine must rescale each part's sum by exp(its max - the combined max)"),)),
     Exercise("fused", KL_DIV, "fused", "Fuse the gradient into the forward",
              "While the forward reads p and t for the loss, write dL/dp for grad_loss = 1 into "
              "grad_predictions, so the backward only scales it by grad_loss.", 15, fused=True),
+    Exercise("logsumexp_tree", CROSS_ENTROPY, "shared_memory", "Merge a block's (max, sum) with a tree",
+             "Write the tree in shared memory: at each step the first `stride` threads merge the state `stride` "
+             "slots further into their own, a barrier between steps, until slot 0 holds the block's.", 15,
+             (SassCheck("more barriers (BAR.SYNC) than the skeleton", "one barrier a step of the tree: a thread "
+                        "reads slots other threads wrote", any_of=("BAR.SYNC",), more=True,
+                        fix="a __syncthreads() after each step of the tree"),)),
+    Exercise("warp_max", CROSS_ENTROPY, "warp_shuffle", "The warp's max in every lane",
+             "Write warp_max: the largest value of the warp's 32 lanes, in every lane (each lane rescales its own "
+             "sum by it), through shuffles.", 10,
+             (SassCheck("a butterfly shuffle (SHFL.BFLY)", "registers exchanged between lanes, the result in "
+                        "every lane", any_of=("SHFL.BFLY",), more=True,
+                        fix="__shfl_xor_sync (a butterfly) gives the max to every lane; a shift down leaves it in "
+                            "lane 0 only"),)),
+    Exercise("vectorize_logits", CROSS_ENTROPY, "vectorized", "Read the logits as float4s",
+             "After the scalar head, read the row's aligned middle with 16-byte float4 loads and the rest "
+             "with scalar ones, every logit exactly once.", 15,
+             (SassCheck("16-byte loads (LDG.E.128)", "one instruction moves four floats", any_of=("LDG.E.128",),
+                        more=True, fix="read the packs through a float4 pointer: x + head, reinterpreted"),)),
+    Exercise("fused_softmax", CROSS_ENTROPY, "fused", "Write cross_entropy's gradient in the forward",
+             "While the forward has the row's max and log-sum, write dL/dx = (softmax - onehot) / n_valid for "
+             "grad_loss = 1, so the backward only scales it.", 10, fused=True),
+    Exercise("cluster", CROSS_ENTROPY, "cluster", "Two CTAs share a row through distributed shared memory",
+             "Publish each CTA's (max, sum) in its shared memory and read the other CTA's through "
+             "map_shared_rank, with the cluster's barriers (graded on an sm_90 GPU only).", 15,
+             cpu_check=_cluster_source_check),
 )
 
 
@@ -183,12 +249,14 @@ def task(key: str) -> Html:
 class Grade:
     """The outcome of grading one source.
 
-    ``compiled``: nvcc accepted it (else ``compile_error`` and ``hints``); ``sass``: check label
-    -> True, False or None (cannot tell; empty when cuobjdump is missing), ``sass_notes`` what
-    the machine code shows; ``checks``: the GPU's CheckResults (None when they did not run,
-    ``note`` says why); ``fault``: the child's verdict when the kernel hung or faulted;
-    ``simulated``: the CPU simulator's verdict (None when it did not run) and ``diagnosis`` its
-    messages; ``passed``: all green (the GPU's checks when they ran, else the simulator's).
+    ``compiled``: nvcc accepted it (else ``compile_error`` and ``hints``, which also hold the
+    fixes of failed machine-code checks); ``sass``: check label -> True, False or None (cannot
+    tell; empty when cuobjdump is missing), ``sass_notes`` what the machine code shows;
+    ``checks``: the GPU's CheckResults (None when they did not run, ``note`` says why);
+    ``fault``: the child's verdict when the kernel hung or faulted; ``simulated``: the CPU
+    simulator's verdict (None when it did not run; ``cpu`` names what gave it) and
+    ``diagnosis`` its messages; ``passed``: one verdict on every machine: the machine code's
+    checks and the simulator's, and on a GPU its checks too (evidence on top, never instead).
     """
 
     key: str
@@ -203,6 +271,7 @@ class Grade:
     sass_notes: list[str] = field(default_factory=list)
     simulated: bool | None = None
     diagnosis: list[str] = field(default_factory=list)
+    cpu: str = "CPU simulator"  # what gave ``simulated``
 
     @property
     def on_gpu(self) -> bool:
@@ -210,7 +279,7 @@ class Grade:
 
     @property
     def passed(self) -> bool:
-        if not self.compiled or any(found is False for found in self.sass.values()):
+        if not self.compiled or any(found is False for found in self.sass.values()) or self.simulated is False:
             return False
         if self.on_gpu:
             return self.checks is not None and all(c.passed for c in self.checks)
@@ -220,7 +289,8 @@ class Grade:
     def verdict(self) -> str:
         """GREEN, RED or not graded yet, in one line."""
         if self.passed:
-            return "GREEN: done" + ("" if self.on_gpu else " (on the CPU simulator; a GPU grade also runs it "
+            return "GREEN: done" + (" (on the GPU and the CPU simulator)" if self.on_gpu and self.simulated else
+                                    "" if self.on_gpu else " (on the CPU simulator; a GPU grade also runs it "
                                                            "on the hardware)")
         return "not graded yet" if self.waiting else "RED: not yet"
 
@@ -236,15 +306,20 @@ class Grade:
         missing = [label for label, found in self.sass.items() if found is False]
         if self.fault:
             return f"the kernel did not finish on the GPU: {self.fault.splitlines()[0]}"
-        if self.diagnosis and not (self.passed and self.on_gpu):
+        if self.diagnosis and (self.simulated is False or self.checks_failed or not (self.on_gpu or missing)):
             return self.diagnosis[0]
         if missing:
-            return f"the machine code lacks {missing[0]}"
+            return f"the machine code lacks {missing[0]}" + (f": {self.hints[0]}" if self.hints else "")
         if self.checks is not None:
             failed = [c for c in self.checks if not c.passed]
             return (f"GPU checks: {len(failed)} of {len(self.checks)} failed, first {failed[0].direction} "
                     f"{failed[0].case}" if failed else f"all {len(self.checks)} GPU checks pass")
         return self.note or "nothing ran the kernel"
+
+    @property
+    def checks_failed(self) -> bool:
+        """The GPU's checks ran and one failed, or the kernel did not finish there."""
+        return bool(self.fault) or (self.checks is not None and not all(c.passed for c in self.checks))
 
     @property
     def waiting(self) -> bool:
@@ -275,8 +350,8 @@ class Grade:
         elif self.note:
             out.append(f"  GPU checks: not run ({self.note})")
         if self.simulated is not None:
-            head = "what is wrong (CPU simulator)" if self.on_gpu else \
-                f"CPU simulator: {'all cases pass' if self.simulated else 'wrong'}"
+            head = f"what is wrong ({self.cpu})" if self.checks_failed else \
+                f"{self.cpu}: {'all cases pass' if self.simulated else 'wrong'}"
             out += [f"  {head}:", *(f"    {m}" for m in self.diagnosis)]
         elif self.diagnosis:  # why the simulator could not run
             out += [f"  {m}" for m in self.diagnosis]
@@ -343,12 +418,15 @@ def _read_sass(e: Exercise, compiled, result: Grade) -> list[str]:
         return []
     try:
         sass = compiled.sass()
+        skeleton = custom.check_source(e.problem, e.skeleton.read_text(), e.key).sass() \
+            if any(c.more for c in e.sass) else ""
     except (build.BuildError, OSError) as err:
         return [f"machine code not read: {err}"]
     for check in e.sass:
-        found = check.found(sass)
+        found = check.found(sass, skeleton)
         result.sass[check.label] = found
         result.sass_notes += check.explain(sass) if found else [f"{check.label}: {check.why}"]
+        result.hints += [check.fix] if found is False and check.fix else []
     return []
 
 
@@ -359,20 +437,21 @@ def grade(key: str, source: str | None = None, *, solution: bool = False, gpu: b
     or with ``solution=True`` the solution file.
 
     Compiles with nvcc (a compile error gets hints for common slips), reads the machine code
-    for the exercise's checks (when cuobjdump is available), then runs the kernel: on a GPU
-    (``gpu`` None: when one is visible) forward and backward against float64 at ``sizes`` and
-    on the edge cases in a child process killed after ``timeout_s`` seconds, with the CPU
-    simulator's diagnosis added when they fail; without one, on the CPU simulator (``simulate``
-    False: skip it). Never raises for a wrong source: a compile error, a hang or a fault is
-    part of the grade.
+    for the exercise's checks (when cuobjdump is available), runs the kernel on the CPU
+    simulator (``simulate`` False: skip it) and, on a GPU (``gpu`` None: when one is visible),
+    forward and backward against float64 at ``sizes`` and on the edge cases in a child process
+    killed after ``timeout_s`` seconds. One verdict on every machine: what the simulator and the
+    machine code reject is red on a GPU too (an answer whose numbers are right on the hardware
+    by luck: a shuffle mask naming half the warp, a lost update); a GPU adds its evidence on
+    top. Never raises for a wrong source: a compile error, a hang or a fault is part of the grade.
 
     On a GPU the checks run in a child process with a time limit (``custom.check``): a hang or a
     fault (a misaligned float4 load) is a red grade with what happened, and the notebook's CUDA
-    context stays usable; the simulator's diagnosis says what is wrong, not only by how much.
-    Without a GPU the simulator (``losslab.teach.simulator``) runs the kernel on designed inputs
-    and its messages are the grade ("the loss is 256x too large: each thread sums the whole
-    row"). Machine-code checks (:class:`SassCheck`) explain themselves: which opcodes show the
-    idea, and why an alternative is fine.
+    context stays usable. The simulator (``losslab.teach.simulator``) runs the kernel on designed
+    inputs and its messages say what is wrong, not only by how much ("the loss is 256x too large:
+    each thread sums the whole row"). Machine-code checks (:class:`SassCheck`) explain themselves:
+    which opcodes show the idea, and why an alternative is fine. An exercise the simulator cannot
+    run (the cluster exercise: no clusters on the CPU) is graded on a GPU only.
 
     An empty source (an emptied file) is a red grade, "the file is empty".
 
@@ -397,10 +476,14 @@ def grade(key: str, source: str | None = None, *, solution: bool = False, gpu: b
     result = Grade(key, label, True)
     notes = _read_sass(e, compiled, result)
     gpu = torch.cuda.is_available() if gpu is None else gpu
+    if e.cpu_check is not None:  # the simulator cannot run it: the source's own checks
+        mistakes = e.cpu_check(source)
+        result.simulated, result.cpu = (False if mistakes else None), "source check (no clusters on the CPU)"
+        result.diagnosis = mistakes or ["graded on a GPU only (sm_90): the CPU simulator has no thread-block clusters"]
+    elif simulate:
+        result.simulated, result.diagnosis = _simulate(key, source)
     if not gpu:
         result.note = "; ".join([*notes, "no CUDA GPU is visible here"])
-        if simulate:
-            result.simulated, result.diagnosis = _simulate(key, source)
         return result
     try:
         variant = custom.compile_variant(e.problem, e.key, source)
@@ -408,12 +491,10 @@ def grade(key: str, source: str | None = None, *, solution: bool = False, gpu: b
         return Grade(key, label, False, str(err), result.sass)
     run = _gpu_checks(e, variant, sizes, edge_cases, timeout_s)
     result.checks, result.fault = run.checks, "" if run.outcome.ok else run.outcome.format()
-    if simulate and not result.passed:
-        result.simulated, result.diagnosis = _simulate(key, source)
-        if result.simulated:  # the simulator's cases pass: say so, not "all cases match" under "what is wrong"
-            result.diagnosis = ["the CPU simulator's small cases all pass: what fails shows only on the GPU's "
-                                "sizes or hardware (a race the two simulated thread orders miss, a size beyond "
-                                "the simulated ones, an index that overflows)"]
+    if result.simulated and result.checks_failed:  # not "all cases match" under "what is wrong"
+        result.diagnosis = ["the CPU simulator's small cases all pass: what fails shows only on the GPU's "
+                            "sizes or hardware (a race the two simulated thread orders miss, a size beyond "
+                            "the simulated ones, an index that overflows)"]
     return result
 
 

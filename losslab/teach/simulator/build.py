@@ -85,23 +85,70 @@ def _split_top(text: str) -> list[str]:
     return parts + [text[start:]]
 
 
+def _scope_end(code: str, pos: int) -> int:
+    """The position of the brace that closes the block ``pos`` lies in (the end of the text if none)."""
+    depth = 0
+    for i in range(pos, len(code)):
+        if code[i] == "{":
+            depth += 1
+        elif code[i] == "}":
+            if depth == 0:
+                return i
+            depth -= 1
+    return len(code)
+
+
+_UPDATE = re.compile(r"\s*(?:(?:\+|-|\*|/|%|&|\||\^|<<|>>)=(?!=)|\+\+|--)")
+
+
+def _accessed(code: str, start: int) -> int:
+    """The end of the lvalue that starts with a name at ``start``: the name and its subscripts
+    and members (``a[i][j].max``)."""
+    end = start + len(re.match(r"\w+", code[start:])[0])
+    while (rest := re.match(r"\s*(\[|\.\s*\w+|->\s*\w+)", code[end:])) is not None:
+        end += rest.end()
+        depth = rest[1] == "["  # to the matching ]
+        while depth and end < len(code):
+            depth += {"[": 1, "]": -1}.get(code[end], 0)
+            end += 1
+    return end
+
+
 def _register_shared(text: str) -> str:
     """``__shared__ T a[n], b[m];`` in a function body becomes ``static T a[n], b[m];`` followed,
     on the same line, by calls that let the simulator fill them with NaN at each block's start
-    (reading shared memory no thread wrote then shows as a NaN loss). Elsewhere the header's
+    (reading shared memory no thread wrote then shows as a NaN loss); each later update of an
+    element of ``a`` in its block (``a[i] += v``, ``a[i]++``, ``a[i] = a[i] + v``) becomes
+    ``(*::cuda_sim::update(&(a[i]), __FILE__, __LINE__)) += v``, which tells the simulator
+    which thread updates which address (a lost update: ``cuda_sim.h``). Elsewhere the header's
     ``#define __shared__ static`` applies."""
     code = blank_comments(text)
-    out, pos = [], 0
+    edits, done = [], 0  # (start, end, replacement) in text, in order
     for m in re.finditer(r"\b__shared__\b", code):
         end = code.find(";", m.end())
-        if end < 0 or m.start() < pos or not _in_function(code, m.start()):
+        if end < 0 or m.start() < done or not _in_function(code, m.start()):
             continue
         declarators = _split_top(code[m.end():end])
         first = re.split(r"[\[=]", declarators[0])[0].split()
         names = [first[-1].lstrip("*&")] + [re.match(r"\s*[*&]*\s*(\w+)", d)[1] for d in declarators[1:]]
-        calls = "".join(f" ::cuda_sim::shared_region(&{n}, sizeof({n}));" for n in names)
-        out += [text[pos:m.start()], "static", text[m.end():end + 1], calls]
-        pos = end + 1
+        calls = "".join(f' ::cuda_sim::shared_region(&{n}, sizeof({n}), "{n}");' for n in names)
+        edits += [(m.start(), m.end(), "static"), (end + 1, end + 1, calls)]
+        uses = re.compile(rf"(?<![\w.:>&])({'|'.join(map(re.escape, names))})\b")
+        for use in uses.finditer(code, end + 1, _scope_end(code, end + 1)):
+            stop = _accessed(code, use.start())
+            lvalue = code[use.start():stop]
+            statement = code[stop:code.find(";", stop)]
+            plain = re.match(r"\s*=(?!=)(.*)", statement, re.DOTALL)
+            if _UPDATE.match(statement) or (plain and " ".join(lvalue.split()) in " ".join(plain[1].split())):
+                edits.append((use.start(), stop,
+                              f"(*::cuda_sim::update(&({text[use.start():stop]}), __FILE__, __LINE__))"))
+        done = end + 1
+    out, pos = [], 0
+    for start, stop, replacement in sorted(edits, key=lambda e: (e[0], e[1])):
+        if start < pos:  # an update inside another's subscript: the outer one is watched
+            continue
+        out += [text[pos:start], replacement]
+        pos = stop
     return "".join(out) + text[pos:]
 
 

@@ -4,6 +4,7 @@
 
 #include <cstdarg>
 #include <string>
+#include <unordered_map>
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/asan_interface.h>
 #endif
@@ -127,7 +128,11 @@ void* body_arg = nullptr;
 const char* kernel_name = "";
 std::vector<char> dynamic_smem;
 bool reverse_order = false;
-std::vector<std::pair<void*, size_t>> shared_regions;  // the __shared__ objects seen so far
+struct SharedRegion { void* start; size_t bytes; const char* name; };
+std::vector<SharedRegion> shared_regions;  // the __shared__ objects seen so far
+uint64_t epoch = 0;                        // barrier intervals: a block's start, each barrier's release
+struct Update { uint64_t epoch; int thread; };
+std::unordered_map<const void*, Update> updates;  // each shared element's last update this block
 
 void start_switch(void** save, const void* bottom, size_t size) {
 #if defined(__SANITIZE_ADDRESS__)
@@ -171,6 +176,7 @@ void release_barrier_if_complete() {
     for (Fiber& f : fibers)
         if (f.state == State::at_barrier) f.state = State::runnable;
     barrier_waiting = 0;
+    ++epoch;
 }
 
 void on_exit() {
@@ -221,7 +227,9 @@ void switch_to(int i) {
 }
 
 void run_block(int n) {
-    for (const auto& r : shared_regions) std::memset(r.first, 0xff, r.second);
+    for (const auto& r : shared_regions) std::memset(r.start, 0xff, r.bytes);
+    ++epoch;
+    updates.clear();
     std::memset(dynamic_smem.data(), 0xff, dynamic_smem.size());
     live = n;
     barrier_waiting = 0;
@@ -309,11 +317,29 @@ void describe_position(char* buf, size_t size) {
 
 void* dynamic_shared() { return dynamic_smem.data(); }
 
-void shared_region(void* p, size_t bytes) {
+void shared_region(void* p, size_t bytes, const char* name) {
     for (const auto& r : shared_regions)
-        if (r.first == p) return;
-    shared_regions.emplace_back(p, bytes);
+        if (r.start == p) return;
+    shared_regions.push_back({p, bytes, name});
     std::memset(p, 0xff, bytes);
+}
+
+void note_update(const void* p, size_t bytes, const char* file, int line) {
+    if (current < 0) return;
+    const int me = linear(fibers[current].tid);
+    Update& u = updates[p];
+    if (u.epoch == epoch && u.thread != me) {
+        const SharedRegion* r = nullptr;
+        for (const auto& region : shared_regions)
+            if (uintptr_t(p) - uintptr_t(region.start) < region.bytes) r = &region;
+        fail("lost_update", file, line,
+             "lost update: threads %d and %d of block %u both update shared %s[%zu] (read, change, write) with no "
+             "barrier between them: on a GPU their reads and writes interleave and one update overwrites the "
+             "other. Make it one atomic operation (atomicAdd), or give each thread its own slot and add the slots "
+             "in a tree", u.thread, me, blockIdx.x, r ? r->name : "memory",
+             r ? size_t(uintptr_t(p) - uintptr_t(r->start)) / bytes : size_t(0));
+    }
+    u = {epoch, me};
 }
 
 unsigned active_mask() {

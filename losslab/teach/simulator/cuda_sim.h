@@ -19,7 +19,11 @@
 //   - memory is the host's, so AddressSanitizer catches out-of-bounds accesses and
 //     UBSan's alignment check catches a float4 load from an address that is not 16-byte
 //     aligned (float4, int4, uint4 are alignas(16) as on the GPU);
-//   - atomics are plain read-modify-writes (fibers never switch inside one).
+//   - atomics are plain read-modify-writes (fibers never switch inside one);
+//   - a thread's update of a shared element (`a[i] += v`, `a[i]++`, `a[i] = a[i] + v`: build.py
+//     marks them) runs whole here, but on a GPU the lanes' reads and writes interleave: a
+//     second thread updating the same address with no barrier between ends the run (a lost
+//     update; an atomicAdd is one operation, not marked).
 // Every diagnosis is one line on stderr, "@@SIM {json}", which run.py parses; the process
 // then exits with status 3. SIM_ORDER=reverse runs each block's fibers in reverse order
 // (a result that changes with the order is a race).
@@ -193,7 +197,13 @@ void* dynamic_shared();
 // A __shared__ object (build.py's rewrite calls this after each declaration in a function):
 // filled with 0xff bytes (NaN as float, -1 as an integer) when first seen and at the start
 // of every block, so that reading shared memory no thread of the block wrote shows.
-void shared_region(void* p, size_t bytes);
+void shared_region(void* p, size_t bytes, const char* name = "");
+// The calling thread updates the shared element at p (build.py wraps each update's lvalue in it).
+void note_update(const void* p, size_t bytes, const char* file, int line);
+template <typename T> inline T* update(T* p, const char* file, int line) {
+    note_update(p, sizeof(T), file, line);
+    return p;
+}
 
 template <typename Kernel, typename Tuple>
 struct Bound {

@@ -27,7 +27,8 @@ class ExerciseText:
     the loss is 0 for every input; ``one_lane``: the cause when only thread 0's value
     arrives; ``row_parts``: the exercise splits a row into head, float4 packs and tail (the
     37 x 37 probe then names the broken part); ``passing_notes``: (text in the source, note)
-    pairs shown with a pass."""
+    pairs shown with a pass; ``wrong_max``, ``wrong_sum``: what to fix when a cross_entropy row's max is
+    wrong, or its max is right and its sum is not."""
 
     problem: str
     zero: str = "no element reaches it"
@@ -35,6 +36,9 @@ class ExerciseText:
     row_parts: bool = False
     passing_notes: tuple[tuple[str, str], ...] = ()
     special: str = ""  # the name of an exercise's own diagnosis in this module (_SPECIAL), run first
+    wrong_max: str = "the max of a union is the larger of the two maxes"
+    wrong_sum: str = ("each part's sum counts exp(x - its own max); before adding, rescale each by exp(its max - "
+                      "the combined max)")
 
 
 EXERCISES = {
@@ -50,6 +54,19 @@ EXERCISES = {
                         "every lane; with SHFL.DOWN the other lanes hold partial sums)"),)),
     "vectorize": ExerciseText(case_lib.KL_DIV, row_parts=True),
     "online_softmax": ExerciseText(case_lib.CROSS_ENTROPY, special="online_softmax"),
+    "logsumexp_tree": ExerciseText(
+        case_lib.CROSS_ENTROPY, special="online_softmax",
+        wrong_max=("slot 0 must end with the whole block's state: at each step (stride THREADS/2 down to 1) the "
+                   "first `stride` threads merge the slot `stride` further into their own")),
+    "fused_softmax": ExerciseText(case_lib.CROSS_ENTROPY, special="fused_softmax"),
+    "vectorize_logits": ExerciseText(case_lib.CROSS_ENTROPY, special="logit_parts"),
+    "warp_max": ExerciseText(
+        case_lib.CROSS_ENTROPY, special="online_softmax",
+        wrong_max=("some lanes' values never reach the warp's max: a butterfly, m = fmaxf(m, "
+                   "__shfl_xor_sync(FULL_WARP, m, offset)) for offset 16, 8, 4, 2, 1"),
+        wrong_sum=("every lane rescales its own sum by exp(its max - the warp's max), so every lane needs the warp's "
+                   "max: __shfl_down_sync leaves it in lane 0 only (the other lanes hold partial maxes); "
+                   "__shfl_xor_sync (a butterfly) gives it to all 32")),
     "fused": ExerciseText(case_lib.KL_DIV, special="fused"),
 }
 PROBLEM_OF = {key: text.problem for key, text in EXERCISES.items()}
@@ -132,8 +149,8 @@ def _close(got, want) -> bool:
     got = np.where(np.isnan(want), 0.0, got)
     want = np.where(np.isnan(want), 0.0, want)
     both_inf = np.isinf(want) & (got == want)
-    ok = np.isclose(got, want, rtol=RTOL, atol=ATOL * max(1.0, float(np.nanmax(np.abs(want), initial=0.0))),
-                    equal_nan=True)
+    scale = float(np.max(np.abs(want[np.isfinite(want)]), initial=1.0))  # an inf want (race: a run's loss) is no scale
+    ok = np.isclose(got, want, rtol=RTOL, atol=ATOL * scale, equal_nan=True)
     return bool(np.all(ok | both_inf))
 
 
@@ -263,13 +280,16 @@ def _second_stage_message(wrong) -> str | None:
             f"{r.case.name}): the step from row sums to the loss (sum / B) is wrong")
 
 
+_RACE = "the loss changes with the order the threads run"
+
+
 def _race_message(outcome: run_lib.Outcome, source: str, problem: str, label: str) -> str | None:
     standard = [r for r in outcome.results if r.case.kind == "standard" and r.finished]
     again = run_lib.run(source, problem, [r.case for r in standard], label=label, order="reverse")
     for first, second in zip(standard, again.results, strict=True):
         same = np.isnan(first.loss) == np.isnan(second.loss) and _close([second.loss], [first.loss])
         if second.finished and not same:
-            return (f"the loss changes with the order the threads run ({first.loss:.6g} vs {second.loss:.6g} on "
+            return (f"{_RACE} ({first.loss:.6g} vs {second.loss:.6g} on "
                     f"{first.case.name}): a race. A thread reads shared memory another thread has not written "
                     f"yet: a missing __syncthreads()?")
     return None
@@ -303,7 +323,7 @@ def _backward_messages(outcome: run_lib.Outcome, references) -> list[str]:
     return []
 
 
-def _online_softmax_messages(outcome: run_lib.Outcome, references) -> list[str]:
+def _online_softmax_messages(outcome: run_lib.Outcome, references, text: ExerciseText) -> list[str]:
     """The (max, sum) combine: an overflow on large logits, a wrong max, a sum not rescaled."""
     for r in outcome.results:
         if not r.finished or r.extra.get("row_max") is None:
@@ -319,16 +339,52 @@ def _online_softmax_messages(outcome: run_lib.Outcome, references) -> list[str]:
         if not np.allclose(got_max, want_max, rtol=RTOL, atol=ATOL):
             row = int(np.argmax(~np.isclose(got_max, want_max, rtol=RTOL, atol=ATOL)))
             return [f"the combined max is wrong on {r.case.name}: row {row} has max {got_max[row]:.6g}, its "
-                    f"largest logit is {want_max[row]:.6g}; the max of a union is the larger of the two maxes"]
+                    f"largest logit is {want_max[row]:.6g}; {text.wrong_max}"]
         if not np.allclose(got_log_sum, want_log_sum, rtol=RTOL, atol=ATOL):
             row = int(np.argmax(~np.isclose(got_log_sum, want_log_sum, rtol=RTOL, atol=ATOL)))
             return [f"the max is right but the sum is not on {r.case.name} (row {row}: log sum {got_log_sum[row]:.6g} "
-                    f"instead of {want_log_sum[row]:.6g}): each part's sum counts exp(x - its own max); before "
-                    f"adding, rescale each by exp(its max - the combined max)"]
+                    f"instead of {want_log_sum[row]:.6g}): {text.wrong_sum}"]
     return []
 
 
-def _fused_messages(outcome: run_lib.Outcome, references) -> list[str]:
+def _tail_lengths(case: case_lib.Case) -> np.ndarray:
+    """(N,) the scalar tail's length in each row of logits: C - head - 4 * packs (common/row_split.cuh)."""
+    starts = case.offset_p + np.arange(case.B) * case.D
+    head = np.minimum(case.D, (4 - starts % 4) % 4)
+    return (case.D - head) % 4
+
+
+def _logit_parts_messages(outcome: run_lib.Outcome, references, text: ExerciseText) -> list[str]:
+    """Rows read as head, float4 packs and tail: wrong exactly on the rows with a tail names the tail (missed,
+    or added more than once); rows whose sum is 0 name the packs; else the (max, sum) messages."""
+    tail_errors, other_errors, empty = [], [], False
+    for r in outcome.results:
+        if not r.finished or r.extra.get("row_max") is None:
+            continue
+        x = r.case.p[r.case.offset_p:].reshape(r.case.B, r.case.D).astype(np.float64)
+        want_max = x.max(axis=1)
+        want = np.log(np.exp(x - want_max[:, None]).sum(axis=1)) + want_max  # logsumexp
+        with np.errstate(over="ignore", invalid="ignore"):
+            got = r.extra["row_log_sum"].astype(np.float64) + r.extra["row_max"].astype(np.float64)
+            ratio = np.exp(got - want)  # the row's sum / the right one (NaN where got is NaN)
+        tails = _tail_lengths(r.case) > 0
+        tail_errors += list(ratio[tails] - 1)
+        other_errors += list(ratio[~tails] - 1)
+        empty = empty or bool(np.any(ratio == 0))
+    # wrong only where a row has a tail (a tail logit far below the max may weigh less than the tolerance)
+    wrong = [e for e in tail_errors if not abs(e) < 1e-4]
+    if wrong and all(abs(e) < 1e-4 for e in other_errors):
+        if all(e < 0 for e in wrong):
+            return ["wrong only on the rows with a tail: the scalar tail misses the last (C - head) % 4 logits (those "
+                    "after head + 4 * packs, one float each)"]
+        return ["wrong only on the rows with a tail: the tail is added more than once (every thread adding the whole "
+                "tail?): share it like the head loop (start at threadIdx.x, step THREADS)"]
+    if empty:
+        return ["a row's sum is 0 (its log is -inf): no float4 pack reaches it; the packs start at x + head"]
+    return _online_softmax_messages(outcome, references, text)
+
+
+def _fused_messages(outcome: run_lib.Outcome, references, text: ExerciseText) -> list[str]:
     """The gradient written in the forward: never written, a factor B, the sign."""
     for r, ref in zip(outcome.results, references, strict=True):
         if not r.finished or r.grad is None or _close(r.grad, ref["grad"]):
@@ -337,7 +393,7 @@ def _fused_messages(outcome: run_lib.Outcome, references) -> list[str]:
         if np.isnan(got).any() and not np.isnan(want).any():
             where = int(np.argmax(np.isnan(got)))
             return [f"elements of the gradient are never written on {r.case.name} (element {where} is still the "
-                    f"NaN the simulator fills grad_predictions with): every element must be written once"]
+                    f"NaN the simulator fills the gradient with): every element must be written once"]
         mask = np.abs(want) > 1e-12
         ratios = got[mask] / want[mask]
         if ratios.size and np.allclose(ratios, ratios[0], rtol=1e-3):
@@ -351,7 +407,34 @@ def _fused_messages(outcome: run_lib.Outcome, references) -> list[str]:
     return []
 
 
-_SPECIAL = {"online_softmax": _online_softmax_messages, "fused": _fused_messages}
+def _fused_softmax_messages(outcome: run_lib.Outcome, references, text: ExerciseText) -> list[str]:
+    """cross_entropy's gradient written in the forward: never written (as kl_div's), wrong only at the
+    targets (the one-hot), a factor n_valid (the mean's 1 / n_valid)."""
+    for r, ref in zip(outcome.results, references, strict=True):
+        if not r.finished or r.grad is None or _close(r.grad, ref["grad"]):
+            continue
+        got, want = r.grad.astype(np.float64).reshape(r.case.B, r.case.D), ref["grad"].reshape(r.case.B, r.case.D)
+        if np.isnan(got).any():
+            return _fused_messages(outcome, references, text)
+        valid = r.case.t != case_lib.IGNORE_INDEX
+        at_target = np.zeros_like(got, dtype=bool)
+        at_target[np.arange(r.case.B)[valid], r.case.t[valid]] = True
+        if np.allclose(got[~at_target], want[~at_target], rtol=RTOL, atol=ATOL):
+            return [f"the gradient is wrong only at each row's target class on {r.case.name}: dL/dx_j = "
+                    f"softmax(x)_j - 1 where j is the target (the one-hot), softmax(x)_j elsewhere"]
+        mask = (np.abs(want) > 1e-12) & valid[:, None]
+        ratios = got[mask] / want[mask]
+        n_valid = int(valid.sum())
+        if ratios.size and np.allclose(ratios, n_valid, rtol=1e-3) and n_valid > 1:
+            return [f"the gradient is n_valid = {n_valid} times too large on {r.case.name}: the loss is the mean "
+                    f"over the valid rows, so dL/dx carries `scale` (1 / n_valid on a valid row, 0 on an ignored one)"]
+        if not np.allclose(got[~valid], 0.0):
+            return [f"an ignored row's gradient is not 0 on {r.case.name}: multiply by `scale`, which is 0 there"]
+    return []
+
+
+_SPECIAL = {"online_softmax": _online_softmax_messages, "fused": _fused_messages,
+            "logit_parts": _logit_parts_messages, "fused_softmax": _fused_softmax_messages}
 
 
 def _notes(text: ExerciseText, source: str) -> list[str]:
@@ -438,11 +521,13 @@ def grade_on_cpu(key: str, source: str | Path | None = None, *, time_limit: floa
             seen.add("launch_error")
             messages.append(f"the forward returned cudaError {r.forward_status} on {r.case.name} (a launch "
                             f"configuration the GPU refuses: more than 1024 threads a block, or 0 blocks?)")
-    special = _SPECIAL[exercise.special](outcome, references) if exercise.special else []
+    special = _SPECIAL[exercise.special](outcome, references, exercise) if exercise.special else []
     generic = _value_messages(outcome, references, exercise, text, problem) + _backward_messages(outcome, references)
     if special:  # the exercise's own diagnosis replaces the generic "wrong loss/gradient on ..." lines
         generic = [m for m in generic if not m.startswith(("wrong loss on", "wrong gradient on", "the loss is NaN"))]
     messages += special + generic
+    races = [m for m in messages if m.startswith((_RACE, "lost update"))]  # a race makes other numbers noise
+    messages = races + [m for m in messages if m not in races]
     if messages and unfilled(key, text):
         messages.append("the FILL ME IN in the source is still to do")
     if not messages and (race := _race_message(outcome, text, problem, label)):

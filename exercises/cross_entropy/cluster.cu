@@ -1,0 +1,71 @@
+// Exercise 10 -- two CTAs share a row through distributed shared memory (cross_entropy's
+// cluster rung). Graded on a GPU only (sm_90: H100, H200): the CPU simulator has no clusters.
+//
+// fused gives each row one block: a row too long to stay in L1/L2 is read from
+// DRAM twice (forward, then the gradient), and one SM's loads cannot cover it.
+// On sm_90 a thread-block cluster of CTAs runs at once on neighbouring SMs, and
+// each CTA can read the others' shared memory (distributed shared memory,
+// DSMEM). Here a cluster of CLUSTER = 2 CTAs shares each row: each CTA reduces
+// its half to a (max, sum) state, the two swap their states through DSMEM, and
+// each merges the two into the row's.
+//
+// Contract: thread 0 of each CTA stores its half's state (lse.max, lse.sum) in
+// its own shared `part`; then every thread sets `other` to the part of the
+// other CTA (rank ^ 1), read through cluster.map_shared_rank(&part, rank ^ 1),
+// which returns a pointer into that CTA's shared memory. cluster.sync() is the
+// cluster's barrier: a part must be written before the other CTA reads it, and
+// a CTA must not exit (its shared memory gone) while the other still reads it.
+//
+// Grade it from the shell: python -m losslab grade exercises/cross_entropy/cluster.cu
+// (in Python: losslab.teach.exercises.grade("cluster")). Done when it is green: on a GPU
+// only (sm_90); without one the grade checks the source for the cluster's barriers and says it
+// is not graded yet.
+#include <cooperative_groups.h>
+#include "cross_entropy/cross_entropy.cuh"
+#include "cross_entropy/launchers.h"
+
+constexpr int THREADS = 256, CLUSTER = 2;  // CTAs a row
+
+// The state of the union of two parts: the larger max, each sum rescaled to it.
+__device__ __forceinline__ LogSumExp lse_merge(LogSumExp a, LogSumExp b) {
+    const float m = fmaxf(a.max, b.max);
+    return {m, a.sum * expf(a.max - m) + b.sum * expf(b.max - m)};
+}
+
+__global__ void __launch_bounds__(THREADS)
+cluster_forward_kernel(const float* __restrict__ logits,     // (N, C)
+                       const int64_t* __restrict__ targets,  // (N,)
+                       float* __restrict__ row_losses,       // (N,)
+                       float* __restrict__ row_max,          // (N,)
+                       float* __restrict__ row_log_sum,      // (N,)
+                       int64_t C) {
+#if __CUDA_ARCH__ >= 900  // clusters: sm_90 and newer
+    __shared__ float2 part;  // this CTA's (max, sum), read by the other CTA of the cluster
+    const auto cluster = cooperative_groups::this_cluster();
+    const int rank = int(cluster.block_rank());  // which half of the row
+    const int64_t row = blockIdx.x / CLUSTER, half = (C + 1) / 2;
+    const float* x = logits + row * C;
+    LogSumExp lse;
+    for (int64_t j = rank * half + threadIdx.x; j < min(C, (rank + 1) * half); j += THREADS) lse_add(lse, x[j]);
+    lse = block_reduce_logsumexp(lse);  // this CTA's half, in every thread
+    // FILL ME IN (roughly 4 lines): publish this CTA's part, read the other's (contract above).
+    float2 other = make_float2(-FLT_MAX, 0.0f);  // an empty part: replace it
+    lse = lse_merge(lse, {other.x, other.y});
+    if (rank == 0 && threadIdx.x == 0) store_row(x, targets[row], C, lse, row, row_losses, row_max, row_log_sum);
+#endif
+}
+
+cudaError_t cross_entropy_custom_forward(const void* logits, const int64_t* targets, int64_t* counts,
+                                         float* row_losses, float* row_max, float* row_log_sum, void* loss,
+                                         void* /*grad_logits: not fused*/, int64_t N, int64_t C, DType dtype,
+                                         cudaStream_t stream) {
+    if (dtype != DType::float32) return cudaErrorInvalidValue;  // float32 only
+    cudaLaunchAttribute cluster_dims = {cudaLaunchAttributeClusterDimension};  // CTAs CLUSTER * row + rank
+    cluster_dims.val.clusterDim = {unsigned(CLUSTER), 1, 1};
+    const cudaLaunchConfig_t config = {dim3(N * CLUSTER), dim3(THREADS), 0, stream, &cluster_dims, 1};
+    cudaLaunchKernelEx(&config, cluster_forward_kernel, static_cast<const float*>(logits), targets, row_losses,
+                       row_max, row_log_sum, C);  // before sm_90: an error, which the grade shows
+    cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
+    return cross_entropy_valid_mean(targets, row_losses, counts, loss, N, C, stream);
+}
