@@ -250,18 +250,28 @@ def test_readme_shows_the_recorded_summaries(marker, argv, capsys):
 
 
 def test_the_sweep_summary_names_each_cell_where_a_peer_leads_and_stale_results(make_section, results_dir, capsys):
+    import dataclasses
+
     from losslab import records
 
     data = make_section(fresh=False)  # rungs 1 ms, compile 2 ms: compile made faster in one cell
     for row in data.rows:
         if (row.implementation, row.direction) == ("compile", "forward"):
             row.median_ms = 0.5
+    # what users call: as fast as the best rung forward, 20 % behind it in forward+backward
+    data.rows += [dataclasses.replace(r, implementation="losslab.nn", kind="operator",
+                                      median_ms=1.0 if r.direction == "forward" else 1.2, host_ms=None)
+                  for r in data.rows if r.implementation == "fused"]
     records.save_section("kl_div", data, results_dir)
     code, out, _ = run(["summary", "--sweep", "--results-dir", str(results_dir)], capsys)
     assert code == 0
-    assert "| Fixture GPU | float32 | forward | 1.000 / 0.500 |" in out
-    assert "| Fixture GPU | float32 | forward+backward | 1.000 / 2.000 |" in out
-    assert "compile is faster in 1 of 2 cells:\n- Fixture GPU float32 forward 16384×16384: compile 0.5000 ms" in out
+    assert "median ms per call (L2 flushed), losslab.nn / best losslab rung / compile" in out
+    assert "| Fixture GPU | float32 | forward | 1.000 / 1.000 / 0.500 |" in out
+    assert "| Fixture GPU | float32 | forward+backward | 1.200 / 1.000 / 2.000 |" in out
+    assert ("compile is faster than what a user calls in 1 of 2 cells:\n- Fixture GPU float32 forward 16384×16384: "
+            "compile 0.5000 ms, losslab.nn 1.0000") in out
+    assert ("losslab.nn is behind the best rung by more than max(3 %, 1 µs) in 1 of 2 cells:\n"
+            "- Fixture GPU float32 forward_backward 16384×16384: losslab.nn 1.2000 ms") in out
     assert "measured on older sources than the repository's" in out
 
 
