@@ -67,13 +67,17 @@ def _setup(ctx, inputs, output):
         ctx.save_for_backward(*output[1:])
 
 
+def _scaled(grad: torch.Tensor, grad_loss: torch.Tensor) -> torch.Tensor:
+    math = chunked.math_dtype(grad.dtype)  # grad_loss is not rounded to a 16-bit dtype first
+    return (grad.to(math) * grad_loss.to(math)).to(grad.dtype)
+
+
 def _backward(ctx, grad_loss, *unused):
     saved = ctx.saved_tensors
     if ctx.none:
         grads = backward(*saved, grad_loss, *ctx.options)
     else:
-        grads = [(g.to(torch.float32) * grad_loss.to(torch.float32)).to(g.dtype) if g.numel() else None
-                 for g in saved]
+        grads = [_scaled(g, grad_loss) if g.numel() else None for g in saved]
     grads = [g if g is not None and g.numel() else None for g in grads]
     return (grads[0], grads[1], None, grads[2], None) + (None,) * 6
 
