@@ -9,8 +9,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-from losslab.build.extension import CSRC, KERNELS, NVCC_FLAGS, BuildError, compile_error_line, cuda_arch_list, \
-    find_cuda_home
+from losslab.build.extension import (
+    CSRC,
+    KERNELS,
+    NVCC_FLAGS,
+    BuildError,
+    compile_error_line,
+    cuda_arch_list,
+    find_cuda_home,
+)
 
 FOLDER = KERNELS / "linear_cross_entropy"
 NAME = "losslab_linear_cross_entropy"

@@ -29,7 +29,7 @@ def _forward_fake(input, linear_weight, target, linear_bias, weight, reduction, 
                   softcap, chunk_rows, needs):
     loss = input.new_empty((input.shape[0],) if reduction == chunked.REDUCTIONS["none"] else ())
     grads = [torch.empty_like(t) if want else input.new_empty(0)
-             for t, want in zip((input, linear_weight, linear_bias), _wanted(reduction, needs))]
+             for t, want in zip((input, linear_weight, linear_bias), _wanted(reduction, needs), strict=True)]
     return (loss, *grads)
 
 
@@ -43,7 +43,7 @@ def _backward_kernel(input, linear_weight, target, linear_bias, weight, grad_out
 def _backward_fake(input, linear_weight, target, linear_bias, weight, grad_output, ignore_index, label_smoothing,
                    softcap, chunk_rows, needs):
     return tuple(torch.empty_like(t) if need else input.new_empty(0)
-                 for t, need in zip((input, linear_weight, linear_bias), needs))
+                 for t, need in zip((input, linear_weight, linear_bias), needs, strict=True))
 
 
 forward = define_operator("linear_cross_entropy_forward",
