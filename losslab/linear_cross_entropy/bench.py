@@ -131,7 +131,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m losslab.linear_cross_entropy.bench", description=__doc__)
     parser.add_argument("--heads", default=",".join(HEADS),
                         help=f"comma-separated heads (default all: {', '.join(HEADS)})")
-    parser.add_argument("--repeats", type=int, default=12, help="timed steps per peer (default 12)")
+    parser.add_argument("--repeats", type=int, default=10, help="timed steps per peer (default 10)")
     parser.add_argument("--record", action="store_true",
                         help="write reports/results/linear_cross_entropy/<device>.json")
     args = parser.parse_args(argv)
@@ -163,9 +163,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"recorded: {path}")
     print(f"\n{device}, torch {torch.__version__}, forward+backward, median of {args.repeats}, "
           "time / extra memory (peak allocated less the inputs)")
-    print("\n".join(results.error_lines(record)))
+    print("\n".join(results.error_lines(record) + results.goal_lines(record)))
     print(results.table(record))
-    print("\n".join(results.goal_lines(record)))
     return 0
 
 
