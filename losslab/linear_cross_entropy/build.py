@@ -24,14 +24,15 @@ NAME = "losslab_linear_cross_entropy"
 
 
 def sources() -> list[Path]:
-    """The binding and the kernel: ``binding.cpp`` and ``rows.cu`` (headers come from kernels/ and csrc/)."""
-    return [FOLDER / "binding.cpp", FOLDER / "rows.cu"]
+    """The binding, the kernel ``rows.cu`` and ``kernels/common/scale.cu`` (headers come from kernels/ and csrc/)."""
+    return [FOLDER / "binding.cpp", FOLDER / "rows.cu", KERNELS / "common" / "scale.cu"]
 
 
 @functools.cache
 def load(verbose: bool = False):
-    """Build (if needed) and import the extension: ``rows(...)``, kernels/linear_cross_entropy/launchers.h's
-    launcher (pointers, sizes and the dtype code as integers, the stream last).
+    """Build (if needed) and import the extension: ``rows(...)`` (kernels/linear_cross_entropy/launchers.h) and
+    ``scale_in_place(...)`` (kernels/common/scale.cuh): pointers, sizes and the dtype code as integers, the
+    stream last.
 
     Raises:
         BuildError: torch has no CUDA support, nvcc is missing, or compilation failed.

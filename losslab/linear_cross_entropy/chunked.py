@@ -1,12 +1,12 @@
 """The chunked algorithm: for each chunk of token rows, the logits by one cuBLAS GEMM into a
-reused buffer, the loss's step over them in place (:func:`rows.rows`), then the input's and the
+reused buffer, the loss's step over them in place (:func:`kernels.rows`), then the input's and the
 weight's gradients by two more GEMMs (the weight's accumulated with beta = 1, in its dtype).
 One function for the forward (gradients for grad_output = 1) and one for reduction none's backward."""
 from __future__ import annotations
 
 import torch
 
-from losslab.linear_cross_entropy.rows import rows
+from losslab.linear_cross_entropy.kernels import rows
 
 REDUCTIONS = {"none": 0, "mean": 1, "sum": 2}  # torch's Reduction enum
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 
 from losslab.linear_cross_entropy import chunked
+from losslab.linear_cross_entropy.kernels import scale_in_place
 from losslab.ops import NAMESPACE, define_operator
 
 _LIBRARY = torch.library.Library(NAMESPACE, "FRAGMENT")
@@ -112,5 +113,5 @@ class EagerLinearCrossEntropy(torch.autograd.Function):
             grads, ctx.grads = ctx.grads, None
             for g in grads:
                 if g is not None:
-                    g.mul_(grad_loss)  # in float32 (opmath), rounded once to g's dtype
+                    scale_in_place(g, grad_loss)
         return (grads[0], grads[1], None, grads[2], None, None) + (None,) * 5

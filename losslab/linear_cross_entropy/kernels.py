@@ -1,6 +1,6 @@
-"""The loss's own step on one chunk of logits: each row's loss, and dloss/dlogits written over the
-chunk in place; the CUDA kernel (``kernels/linear_cross_entropy/rows.cu``) on a GPU, the same
-formulas in torch elsewhere (the CPU path the cpu tier checks against PyTorch in float64)."""
+"""The op's own kernels, each with its torch twin for the CPU (the path the cpu tier checks against
+PyTorch in float64): :func:`rows`, a chunk of logits' losses and dloss/dlogits written over them in place
+(``kernels/linear_cross_entropy/rows.cu``), and :func:`scale_in_place` (``kernels/common/scale.cu``)."""
 from __future__ import annotations
 
 import torch
@@ -34,6 +34,17 @@ def rows(logits: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None
         return
     _rows_torch(logits, target, weight, stats, row_scale, row_losses, ignore_index, label_smoothing, softcap,
                 mean, write_grad)
+
+
+def scale_in_place(grad: torch.Tensor, grad_loss: torch.Tensor) -> None:
+    """``grad *= grad_loss`` in place (grad contiguous; grad_loss 0-d, cast to grad's dtype as autograd's
+    grad of a loss of that dtype is). On a GPU the kernel reads grad_loss on the device and moves no byte
+    when it is 1 (``loss.backward()``): no host synchronization, no pass over a weight-sized gradient."""
+    scale = grad_loss.to(grad.dtype).contiguous()
+    if grad.is_cuda:
+        launch(build.load().scale_in_place, grad.device, grad, scale, grad.numel(), grad.dtype)
+    else:
+        grad.mul_(scale)
 
 
 def _rows_torch(logits, target, weight, stats, row_scale, row_losses, ignore_index, label_smoothing, softcap, mean,
