@@ -376,3 +376,82 @@ def test_bench_arguments_are_checked_before_any_gpu_work(capsys):
         bench.parse(["--heads", "llama-3-8b,nope"])
     assert stop.value.code == 2 and "--heads: expected some of" in capsys.readouterr().err
     assert bench.parse(["--heads", "small,huge"]).heads == ["small", "huge"]
+
+
+# --- the CUDA kernel itself, on the CPU simulator (cpu tier: g++ with AddressSanitizer and UBSan) ---------------
+
+SIM_DTYPES = {0: torch.float32, 1: torch.bfloat16, 2: torch.float16}  # kernels/common/dtype.h's codes
+
+
+@pytest.fixture(scope="module")
+def simulated_rows(tmp_path_factory):
+    """The kernel (kernels/linear_cross_entropy/rows.cu, launches rewritten for the simulator) linked with
+    the simulator and tests/helpers/linear_cross_entropy_driver.cpp: the path of the executable."""
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    from losslab.teach.simulator import build as sim
+
+    if shutil.which(sim.CXX) is None:
+        pytest.skip(f"the CPU simulator needs {sim.CXX}")
+    out = tmp_path_factory.mktemp("simulated_rows")
+    (out / "rows.cu").write_text(sim.rewrite((lce_build.FOLDER / "rows.cu").read_text()))
+    driver = Path(__file__).parent / "helpers" / "linear_cross_entropy_driver.cpp"
+    include = ["-I", str(sim.HERE / "include"), "-I", str(sim.HERE), "-I", str(sim.KERNELS)]
+    cuda = ["-x", "c++", "-include", str(sim.HERE / "cuda_sim.h")]
+    objects = []
+    for source, as_cuda in ((out / "rows.cu", True), (driver, True), (sim.HERE / "cuda_sim.cpp", False)):
+        objects.append(out / f"{source.stem}.o")
+        subprocess.run([sim.CXX, *(cuda if as_cuda else []), *sim.FLAGS, *include, "-c", str(source), "-o",
+                        str(objects[-1])], check=True, capture_output=True)
+    subprocess.run([sim.CXX, *sim.FLAGS, *map(str, objects), "-o", str(out / "driver")], check=True,
+                   capture_output=True)
+    return out / "driver"
+
+
+SIM_CASES = [  # (dtype code, V, label_smoothing, softcap, class weights, mean, write_grad, row scale)
+    (0, 1003, 0.0, 0.0, False, True, True, False),
+    (0, 2056, 0.1, 0.0, True, False, True, True),
+    (1, 1003, 0.2, 4.0, False, True, True, False),
+    (1, 2056, 0.0, 2.0, True, False, True, True),
+    (2, 1003, 0.1, 0.0, True, True, True, False),
+    (2, 2056, 0.0, 0.0, False, False, False, False),
+]
+
+
+@pytest.mark.parametrize("case", SIM_CASES, ids=[f"{SIM_DTYPES[c[0]]}-V{c[1]}-{i}" for i, c in enumerate(SIM_CASES)])
+def test_the_cuda_kernel_matches_its_cpu_twin_on_the_simulator(simulated_rows, tmp_path, case):
+    """rows.cu run by the simulator against kernels.rows's torch path (what the cpu tier checks against
+    PyTorch): losses (NaN for a class index out of range, 0 where ignored) and the gradient written in place."""
+    import subprocess
+
+    import numpy as np
+
+    from losslab.linear_cross_entropy.chunked import stats
+    from losslab.linear_cross_entropy.kernels import rows
+
+    code, vocab, smoothing, softcap, weighted, mean, write_grad, scaled = case
+    dtype, count, ignore = SIM_DTYPES[code], 5, 7
+    g = torch.Generator().manual_seed(code * 10 + vocab)
+    logits = (torch.randn(count, vocab, generator=g) * 3).to(dtype)
+    target = torch.randint(0, vocab, (count,), generator=g)
+    target[1], target[3] = ignore, vocab + 5  # one row ignored, one out of range
+    weight = torch.rand(vocab, generator=g) + 0.5 if weighted else None
+    row_stats = stats(torch.where(target < vocab, target, ignore), weight, vocab, ignore, torch.float32)
+    scale = torch.randn(count, generator=g) if scaled else None
+    parts = [logits.view(torch.int32 if code == 0 else torch.int16), target, weight, row_stats, scale]
+    (tmp_path / "in.bin").write_bytes(b"".join(p.numpy().tobytes() for p in parts if p is not None))
+    subprocess.run([str(simulated_rows), *map(str, (count, vocab, code, ignore, smoothing, softcap, int(mean),
+                    int(write_grad), int(weighted), int(scaled))), str(tmp_path / "in.bin"), str(tmp_path)],
+                   check=True, capture_output=True, timeout=120)
+    losses = torch.from_numpy(np.fromfile(tmp_path / "losses.bin", dtype=np.float32))
+    raw = np.fromfile(tmp_path / "logits.bin", dtype=np.int32 if code == 0 else np.int16)
+    after = torch.from_numpy(raw).view(dtype).reshape(count, vocab)
+    want, want_losses = logits.clone(), torch.empty(count)
+    rows(want, target, weight, row_stats, scale, want_losses, ignore_index=ignore, label_smoothing=smoothing,
+         softcap=softcap, mean=mean, write_grad=write_grad)
+    assert torch.isnan(losses[3]) and losses[1] == 0
+    torch.testing.assert_close(losses, want_losses, rtol=1e-5, atol=1e-5, equal_nan=True)
+    tolerance = {0: 1e-5, 1: 1e-2, 2: 1e-3}[code]
+    torch.testing.assert_close(after.float(), want.float(), rtol=tolerance, atol=tolerance * 1e-2, equal_nan=True)
