@@ -105,7 +105,9 @@ def linear_cross_entropy(input: torch.Tensor, linear_weight: torch.Tensor, targe
     config = as_options(options)
     shape = target.shape
     hidden, vocab = input.shape[-1], linear_weight.shape[0]
-    flat, labels = input.reshape(-1, hidden).contiguous(), target.reshape(-1).contiguous()
+    # (N, H) as it is: a view would make autograd copy the input's gradient instead of keeping ours
+    flat = (input if input.dim() == 2 else input.reshape(-1, hidden)).contiguous()
+    labels = (target if target.dim() == 1 else target.reshape(-1)).contiguous()
     grad = torch.is_grad_enabled()
     needs = [grad and t is not None and t.requires_grad for t in (input, linear_weight, linear_bias)]
     args = (flat, linear_weight.contiguous(), labels, None if linear_bias is None else linear_bias.contiguous(),

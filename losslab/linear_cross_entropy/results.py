@@ -88,11 +88,15 @@ def goal_lines(record: dict) -> list[str]:
 
 
 def error_lines(record: dict) -> list[str]:
-    """Each peer's gradient errors against eager per head (input / weight, relative L2)."""
+    """Each peer's gradient errors against eager per head (input / weight, relative L2), and how many graphs
+    torch.compile compiled for the head's shape (1: no recompilation while timed)."""
     lines = []
     for head in record["heads"]:
         parts = [f"{LABELS[n]} {p['input_grad_error']:.1e} / {p['weight_grad_error']:.1e}"
                  for n, p in head["peers"].items() if p.get("input_grad_error") is not None]
+        compiled = head["peers"].get("compile", {}).get("graphs_compiled")
+        if compiled is not None:
+            parts.append(f"torch.compile compiled {compiled} graph(s) for this shape")
         if parts:
             lines.append(f"{head['label']} {head['dtype']} (input / weight vs eager): " + "; ".join(parts))
     return lines
