@@ -461,3 +461,15 @@ def test_the_cuda_kernel_matches_its_cpu_twin_on_the_simulator(simulated_rows, t
     torch.testing.assert_close(losses, want_losses, rtol=1e-5, atol=1e-5, equal_nan=True)
     tolerance = {0: 1e-5, 1: 1e-2, 2: 1e-3}[code]
     torch.testing.assert_close(after.float(), want.float(), rtol=tolerance, atol=tolerance * 1e-2, equal_nan=True)
+
+
+def test_unchecked_targets_make_their_rows_nan_without_an_error():
+    x, w, t = make()
+    t[4] = V + 3
+    unchecked = Options(check_targets=False)
+    losses = linear_cross_entropy(x, w, t, reduction="none", weight=torch.ones(V, dtype=torch.float64),
+                                  options=unchecked)
+    assert torch.isnan(losses[4]) and not torch.isnan(losses[:4]).any()
+    assert torch.isnan(linear_cross_entropy(x, w, t, options=unchecked))
+    with pytest.raises(ValueError, match="check_targets"):
+        Options(check_targets=1)

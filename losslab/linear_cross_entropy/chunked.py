@@ -34,7 +34,8 @@ def stats(target: torch.Tensor, weight: torch.Tensor | None, vocab: int, ignore_
     if weight is None:
         return torch.stack([kept.sum().to(dtype), torch.tensor(float(vocab), dtype=dtype, device=target.device)])
     w = weight.to(dtype)
-    return torch.stack([(w[torch.where(kept, target, 0)] * kept).sum(), w.sum()])
+    safe = torch.where(kept & (target >= 0) & (target < vocab), target, 0)  # never an index out of range
+    return torch.stack([(w[safe] * kept).sum(), w.sum()])
 
 
 def _logits(out: torch.Tensor, x: torch.Tensor, linear_weight: torch.Tensor, bias: torch.Tensor | None) -> None:
@@ -46,7 +47,7 @@ def _logits(out: torch.Tensor, x: torch.Tensor, linear_weight: torch.Tensor, bia
 
 def forward(input: torch.Tensor, linear_weight: torch.Tensor, target: torch.Tensor, bias: torch.Tensor | None,
             weight: torch.Tensor | None, reduction: int, ignore_index: int, label_smoothing: float, softcap: float,
-            chunk_rows: int, needs: tuple[bool, bool, bool]):
+            chunk_rows: int, needs: tuple[bool, bool, bool], check_targets: bool = True):
     """The loss and, for reduction mean/sum, the gradients it needs for grad_output = 1.
 
     Args:
@@ -54,6 +55,7 @@ def forward(input: torch.Tensor, linear_weight: torch.Tensor, target: torch.Tens
             weight: (V,) class weights or None (all of input's dtype and device).
         reduction: :data:`REDUCTIONS`' code; chunk_rows: token rows per chunk (>= 1).
         needs: which of (input, linear_weight, bias) want a gradient (ignored for reduction none).
+        check_targets: run :func:`check_target_range` first (else a target out of range makes its row NaN).
     Returns (loss, grad_input, grad_weight, grad_bias): the loss 0-d (N, for none) in input's dtype;
     each gradient in its tensor's dtype, or None where not needed. Extra memory: one (chunk_rows, V)
     buffer of input's dtype, the gradients, (N,) row losses.
@@ -61,7 +63,8 @@ def forward(input: torch.Tensor, linear_weight: torch.Tensor, target: torch.Tens
         ValueError: a target outside [0, V) that is not ignore_index (:func:`check_target_range`).
     """
     count, vocab = input.shape[0], linear_weight.shape[0]
-    check_target_range(target, vocab, ignore_index)
+    if check_targets:
+        check_target_range(target, vocab, ignore_index)
     math = math_dtype(input.dtype)
     row_stats = stats(target, weight, vocab, ignore_index, math)
     class_weight = None if weight is None else weight.to(math).contiguous()

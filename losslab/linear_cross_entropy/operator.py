@@ -13,12 +13,13 @@ from losslab.ops import NAMESPACE, define_operator
 _LIBRARY = torch.library.Library(NAMESPACE, "FRAGMENT")
 _ARGS = ("Tensor input, Tensor linear_weight, Tensor target, Tensor? linear_bias, Tensor? weight")
 _OPTIONS = "int ignore_index, float label_smoothing, float softcap, int chunk_rows, bool[] needs"
+_CHECK = "bool check_targets"
 
 
 def _forward_kernel(input, linear_weight, target, linear_bias, weight, reduction, ignore_index, label_smoothing,
-                    softcap, chunk_rows, needs):
+                    softcap, chunk_rows, needs, check_targets):
     loss, *grads = chunked.forward(input, linear_weight, target, linear_bias, weight, reduction, ignore_index,
-                                   label_smoothing, softcap, chunk_rows, tuple(needs))
+                                   label_smoothing, softcap, chunk_rows, tuple(needs), check_targets)
     return (loss, *[input.new_empty(0) if g is None else g for g in grads])
 
 
@@ -27,7 +28,7 @@ def _wanted(reduction, needs):
 
 
 def _forward_fake(input, linear_weight, target, linear_bias, weight, reduction, ignore_index, label_smoothing,
-                  softcap, chunk_rows, needs):
+                  softcap, chunk_rows, needs, check_targets):
     loss = input.new_empty((input.shape[0],) if reduction == chunked.REDUCTIONS["none"] else ())
     grads = [torch.empty_like(t) if want else input.new_empty(0)
              for t, want in zip((input, linear_weight, linear_bias), _wanted(reduction, needs), strict=True)]
@@ -48,7 +49,7 @@ def _backward_fake(input, linear_weight, target, linear_bias, weight, grad_outpu
 
 
 forward = define_operator("linear_cross_entropy_forward",
-                          f"({_ARGS}, int reduction, {_OPTIONS}) -> (Tensor, Tensor, Tensor, Tensor)",
+                          f"({_ARGS}, int reduction, {_OPTIONS}, {_CHECK}) -> (Tensor, Tensor, Tensor, Tensor)",
                           _forward_kernel, _forward_fake, _LIBRARY)
 backward = define_operator("linear_cross_entropy_backward",
                            f"({_ARGS}, Tensor grad_output, {_OPTIONS}) -> (Tensor, Tensor, Tensor)",
@@ -58,7 +59,7 @@ _LIBRARY.impl("linear_cross_entropy_backward", _backward_kernel, "CPU")
 
 
 def _setup(ctx, inputs, output):
-    input, linear_weight, target, linear_bias, weight, reduction, *options = inputs
+    input, linear_weight, target, linear_bias, weight, reduction, *options, _ = inputs
     ctx.none = reduction == chunked.REDUCTIONS["none"]
     ctx.options = options
     if ctx.none:
@@ -80,7 +81,7 @@ def _backward(ctx, grad_loss, *unused):
     else:
         grads = [_scaled(g, grad_loss) if g.numel() else None for g in saved]
     grads = [g if g is not None and g.numel() else None for g in grads]
-    return (grads[0], grads[1], None, grads[2], None) + (None,) * 6
+    return (grads[0], grads[1], None, grads[2], None) + (None,) * 7
 
 
 torch.library.register_autograd(forward, _backward, setup_context=_setup, lib=_LIBRARY)
@@ -92,9 +93,9 @@ class EagerLinearCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, input, linear_weight, target, linear_bias, weight, reduction, *options):
-        ignore_index, label_smoothing, softcap, chunk_rows, needs = options
-        loss, *grads = chunked.forward(input, linear_weight, target, linear_bias, weight, reduction, ignore_index,
-                                       label_smoothing, softcap, chunk_rows, needs)
+        *options, check_targets = options
+        loss, *grads = chunked.forward(input, linear_weight, target, linear_bias, weight, reduction, *options,
+                                       check_targets)
         ctx.none, ctx.options, ctx.backward_calls = reduction == chunked.REDUCTIONS["none"], options, 0
         ctx.grads = grads  # not saved tensors: the backward hands them on after scaling them in place
         if ctx.none:
@@ -114,4 +115,4 @@ class EagerLinearCrossEntropy(torch.autograd.Function):
             for g in grads:
                 if g is not None:
                     scale_in_place(g, grad_loss)
-        return (grads[0], grads[1], None, grads[2], None, None) + (None,) * 5
+        return (grads[0], grads[1], None, grads[2], None, None) + (None,) * 6

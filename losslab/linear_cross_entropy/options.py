@@ -21,6 +21,9 @@ class Options:
     :data:`MARGIN_BYTES`, at least :data:`MIN_CHUNK_BYTES`, so that the op's memory beside the weight's
     gradient stays within 256 MiB. Either way the rows are rounded down to a multiple of
     :data:`ROW_MULTIPLE` (when there are that many), at least 1 and at most N.
+    ``check_targets``: raise ValueError for a class index outside [0, V) that is not ignore_index (one
+    wait for the device per call, which also keeps the op out of a CUDA graph); False: no wait, and such
+    a row's loss is NaN (the loss with it), its gradient NaN, and nothing is read out of bounds.
 
     Raises:
         ValueError: ``chunk_rows`` or ``chunk_bytes`` that is not a positive int.
@@ -28,12 +31,15 @@ class Options:
 
     chunk_rows: int | None = None
     chunk_bytes: int | None = None
+    check_targets: bool = True
 
     def __post_init__(self):
         for name in ("chunk_rows", "chunk_bytes"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ValueError(f"options: {name} must be a positive int or None, got {value!r}")
+        if not isinstance(self.check_targets, bool):
+            raise ValueError(f"options: check_targets must be True or False, got {self.check_targets!r}")
 
 
 def as_options(options) -> Options:
