@@ -47,7 +47,7 @@ def _logits(out: torch.Tensor, x: torch.Tensor, linear_weight: torch.Tensor, bia
 
 def forward(input: torch.Tensor, linear_weight: torch.Tensor, target: torch.Tensor, bias: torch.Tensor | None,
             weight: torch.Tensor | None, reduction: int, ignore_index: int, label_smoothing: float, softcap: float,
-            chunk_rows: int, needs: tuple[bool, bool, bool], check_targets: bool = True):
+            chunk_rows: int, needs: tuple[bool, bool, bool], wide: bool = False, check_targets: bool = True):
     """The loss and, for reduction mean/sum, the gradients it needs for grad_output = 1.
 
     Args:
@@ -55,6 +55,8 @@ def forward(input: torch.Tensor, linear_weight: torch.Tensor, target: torch.Tens
             weight: (V,) class weights or None (all of input's dtype and device).
         reduction: :data:`REDUCTIONS`' code; chunk_rows: token rows per chunk (>= 1).
         needs: which of (input, linear_weight, bias) want a gradient (ignored for reduction none).
+        wide: accumulate the weight's gradient in float32 (cuBLAS's addmm with out_dtype), cast to its
+            dtype at the end: V * H * 4 bytes more, and a weight-sized cast; else in its own dtype.
         check_targets: run :func:`check_target_range` first (else a target out of range makes its row NaN).
     Returns (loss, grad_input, grad_weight, grad_bias): the loss 0-d (N, for none) in input's dtype;
     each gradient in its tensor's dtype, or None where not needed. Extra memory: one (chunk_rows, V)
@@ -72,7 +74,7 @@ def forward(input: torch.Tensor, linear_weight: torch.Tensor, target: torch.Tens
     write_grad = reduction != REDUCTIONS["none"] and any(needs)
     wants = needs if write_grad else (False, False, False)
     grad_input = torch.empty_like(input) if wants[0] else None
-    grad_weight = torch.zeros_like(linear_weight) if wants[1] else None
+    grad_weight = _zeros_like_weight(linear_weight, wide) if wants[1] else None
     grad_bias = torch.zeros(vocab, dtype=math, device=input.device) if wants[2] else None
     buffer = torch.empty(min(chunk_rows, count), vocab, dtype=input.dtype, device=input.device)
     for start in range(0, count, chunk_rows):
@@ -89,22 +91,35 @@ def forward(input: torch.Tensor, linear_weight: torch.Tensor, target: torch.Tens
         loss = row_losses.sum()
         if reduction == REDUCTIONS["mean"]:
             loss = loss / row_stats[0]
-    return (loss.to(input.dtype), grad_input, grad_weight,
+    return (loss.to(input.dtype), grad_input, _narrowed(grad_weight, linear_weight),
             None if grad_bias is None else grad_bias.to(bias.dtype))
+
+
+def _zeros_like_weight(linear_weight: torch.Tensor, wide: bool) -> torch.Tensor:
+    return torch.zeros_like(linear_weight, dtype=torch.float32 if wide and linear_weight.dtype in (
+        torch.bfloat16, torch.float16) else linear_weight.dtype)
+
+
+def _narrowed(grad_weight: torch.Tensor | None, linear_weight: torch.Tensor) -> torch.Tensor | None:
+    return None if grad_weight is None else grad_weight.to(linear_weight.dtype)
 
 
 def _gradients(grad_logits, x, linear_weight, grad_input, grad_weight, grad_bias, start, end) -> None:
     if grad_input is not None:
         torch.mm(grad_logits, linear_weight, out=grad_input[start:end])
-    if grad_weight is not None:  # beta = 1: cuBLAS accumulates in float32, rounds once per chunk
+    if grad_weight is not None and grad_weight.dtype == x.dtype:  # beta = 1: rounded once per chunk
         torch.addmm(grad_weight, grad_logits.t(), x, out=grad_weight)
+    elif grad_weight is not None and grad_weight.is_cuda:  # a float32 accumulator (torch >= 2.8)
+        torch.addmm(grad_weight, grad_logits.t(), x, out_dtype=torch.float32, out=grad_weight)
+    elif grad_weight is not None:  # the CPU has no addmm with out_dtype: the GEMM in float32
+        grad_weight += torch.mm(grad_logits.t().to(grad_weight.dtype), x.to(grad_weight.dtype))
     if grad_bias is not None:
         grad_bias += grad_logits.sum(dim=0, dtype=grad_bias.dtype)
 
 
 def backward_none(input: torch.Tensor, linear_weight: torch.Tensor, target: torch.Tensor, bias: torch.Tensor | None,
                   weight: torch.Tensor | None, grad_output: torch.Tensor, ignore_index: int, label_smoothing: float,
-                  softcap: float, chunk_rows: int, needs: tuple[bool, bool, bool]):
+                  softcap: float, chunk_rows: int, needs: tuple[bool, bool, bool], wide: bool = False):
     """Reduction none's backward: the forward had no grad_output per row, so each chunk's logits are
     computed again (a fourth GEMM: 8 instead of 6 * N * H * V flops) and its gradient written scaled
     by ``grad_output`` (N,). Returns (grad_input, grad_weight, grad_bias), None where not needed."""
@@ -115,7 +130,7 @@ def backward_none(input: torch.Tensor, linear_weight: torch.Tensor, target: torc
     scale = grad_output.to(math).contiguous()
     row_losses = torch.empty(count, dtype=math, device=input.device)
     grad_input = torch.empty_like(input) if needs[0] else None
-    grad_weight = torch.zeros_like(linear_weight) if needs[1] else None
+    grad_weight = _zeros_like_weight(linear_weight, wide) if needs[1] else None
     grad_bias = torch.zeros(vocab, dtype=math, device=input.device) if needs[2] else None
     buffer = torch.empty(min(chunk_rows, count), vocab, dtype=input.dtype, device=input.device)
     for start in range(0, count, chunk_rows):
@@ -125,4 +140,4 @@ def backward_none(input: torch.Tensor, linear_weight: torch.Tensor, target: torc
         rows(logits, target[start:end], class_weight, row_stats, scale[start:end], row_losses[start:end],
              ignore_index=ignore_index, label_smoothing=label_smoothing, softcap=softcap, mean=False, write_grad=True)
         _gradients(logits, x, linear_weight, grad_input, grad_weight, grad_bias, start, end)
-    return grad_input, grad_weight, None if grad_bias is None else grad_bias.to(bias.dtype)
+    return grad_input, _narrowed(grad_weight, linear_weight), None if grad_bias is None else grad_bias.to(bias.dtype)

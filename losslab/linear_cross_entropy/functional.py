@@ -81,7 +81,8 @@ def linear_cross_entropy(input: torch.Tensor, linear_weight: torch.Tensor, targe
         options: None, :class:`losslab.linear_cross_entropy.Options` or PyTorch's
             ``LinearCrossEntropyOptions``: the chunk size (token rows, or the chunk logits' bytes;
             default: the op's memory beside the weight's gradient within 256 MiB) and whether the
-            targets are checked (default; ``check_targets=False``: no wait for the device, NaN instead).
+            targets are checked (default; ``check_targets=False``: no wait for the device, NaN instead),
+            and the weight gradient's accumulator (``float32_grad_weight``).
     Returns the loss in input's dtype: 0-d, or target's shape for "none".
     Raises: TypeError/ValueError naming the argument for a wrong type, dtype, shape or device, an
     unknown reduction, a label_smoothing outside [0, 1], a softcap that is not a positive finite number, or
@@ -115,7 +116,8 @@ def linear_cross_entropy(input: torch.Tensor, linear_weight: torch.Tensor, targe
     args = (flat, linear_weight.contiguous(), labels, None if linear_bias is None else linear_bias.contiguous(),
             None if weight is None else weight.detach().contiguous(), REDUCTIONS[reduction], ignore_index,
             float(label_smoothing), float(softcap or 0.0),
-            chunk_rows(config, flat.shape[0], hidden, vocab, input.element_size()), needs, config.check_targets)
+            chunk_rows(config, flat.shape[0], hidden, vocab, input.element_size()), needs, config.float32_grad_weight,
+            config.check_targets)
     if torch.compiler.is_compiling() or not any(needs):
         loss = operator.forward(*args)[0]
     else:

@@ -12,14 +12,14 @@ from losslab.ops import NAMESPACE, define_operator
 
 _LIBRARY = torch.library.Library(NAMESPACE, "FRAGMENT")
 _ARGS = ("Tensor input, Tensor linear_weight, Tensor target, Tensor? linear_bias, Tensor? weight")
-_OPTIONS = "int ignore_index, float label_smoothing, float softcap, int chunk_rows, bool[] needs"
+_OPTIONS = "int ignore_index, float label_smoothing, float softcap, int chunk_rows, bool[] needs, bool wide"
 _CHECK = "bool check_targets"
 
 
 def _forward_kernel(input, linear_weight, target, linear_bias, weight, reduction, ignore_index, label_smoothing,
-                    softcap, chunk_rows, needs, check_targets):
+                    softcap, chunk_rows, needs, wide, check_targets):
     loss, *grads = chunked.forward(input, linear_weight, target, linear_bias, weight, reduction, ignore_index,
-                                   label_smoothing, softcap, chunk_rows, tuple(needs), check_targets)
+                                   label_smoothing, softcap, chunk_rows, tuple(needs), wide, check_targets)
     return (loss, *[input.new_empty(0) if g is None else g for g in grads])
 
 
@@ -28,7 +28,7 @@ def _wanted(reduction, needs):
 
 
 def _forward_fake(input, linear_weight, target, linear_bias, weight, reduction, ignore_index, label_smoothing,
-                  softcap, chunk_rows, needs, check_targets):
+                  softcap, chunk_rows, needs, wide, check_targets):
     loss = input.new_empty((input.shape[0],) if reduction == chunked.REDUCTIONS["none"] else ())
     grads = [torch.empty_like(t) if want else input.new_empty(0)
              for t, want in zip((input, linear_weight, linear_bias), _wanted(reduction, needs), strict=True)]
@@ -36,14 +36,14 @@ def _forward_fake(input, linear_weight, target, linear_bias, weight, reduction, 
 
 
 def _backward_kernel(input, linear_weight, target, linear_bias, weight, grad_output, ignore_index, label_smoothing,
-                     softcap, chunk_rows, needs):
+                     softcap, chunk_rows, needs, wide):
     grads = chunked.backward_none(input, linear_weight, target, linear_bias, weight, grad_output, ignore_index,
-                                  label_smoothing, softcap, chunk_rows, tuple(needs))
+                                  label_smoothing, softcap, chunk_rows, tuple(needs), wide)
     return tuple(input.new_empty(0) if g is None else g for g in grads)
 
 
 def _backward_fake(input, linear_weight, target, linear_bias, weight, grad_output, ignore_index, label_smoothing,
-                   softcap, chunk_rows, needs):
+                   softcap, chunk_rows, needs, wide):
     return tuple(torch.empty_like(t) if need else input.new_empty(0)
                  for t, need in zip((input, linear_weight, linear_bias), needs, strict=True))
 
@@ -81,7 +81,7 @@ def _backward(ctx, grad_loss, *unused):
     else:
         grads = [_scaled(g, grad_loss) if g.numel() else None for g in saved]
     grads = [g if g is not None and g.numel() else None for g in grads]
-    return (grads[0], grads[1], None, grads[2], None) + (None,) * 7
+    return (grads[0], grads[1], None, grads[2], None) + (None,) * 8
 
 
 torch.library.register_autograd(forward, _backward, setup_context=_setup, lib=_LIBRARY)
@@ -115,4 +115,4 @@ class EagerLinearCrossEntropy(torch.autograd.Function):
             for g in grads:
                 if g is not None:
                     scale_in_place(g, grad_loss)
-        return (grads[0], grads[1], None, grads[2], None, None) + (None,) * 6
+        return (grads[0], grads[1], None, grads[2], None, None) + (None,) * 7

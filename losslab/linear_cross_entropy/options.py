@@ -24,6 +24,9 @@ class Options:
     ``check_targets``: raise ValueError for a class index outside [0, V) that is not ignore_index (one
     wait for the device per call, which also keeps the op out of a CUDA graph); False: no wait, and such
     a row's loss is NaN (the loss with it), its gradient NaN, and nothing is read out of bounds.
+    ``float32_grad_weight``: accumulate a 16-bit weight's gradient over the chunks in float32 (one
+    rounding at the end instead of one per chunk) for V * H * 4 more bytes; the default rounds it to the
+    weight's dtype after each chunk's GEMM (as Liger-Kernel's default does).
 
     Raises:
         ValueError: ``chunk_rows`` or ``chunk_bytes`` that is not a positive int.
@@ -32,14 +35,16 @@ class Options:
     chunk_rows: int | None = None
     chunk_bytes: int | None = None
     check_targets: bool = True
+    float32_grad_weight: bool = False
 
     def __post_init__(self):
         for name in ("chunk_rows", "chunk_bytes"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ValueError(f"options: {name} must be a positive int or None, got {value!r}")
-        if not isinstance(self.check_targets, bool):
-            raise ValueError(f"options: check_targets must be True or False, got {self.check_targets!r}")
+        for name in ("check_targets", "float32_grad_weight"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"options: {name} must be True or False, got {getattr(self, name)!r}")
 
 
 def as_options(options) -> Options:

@@ -22,6 +22,7 @@ LABELS = {  # peer -> the table's column, in the table's order (losslab last)
     "cce_exact": "CCE exact",
     "torch": "PyTorch F.linear_cross_entropy",
     "losslab_1gib": "losslab (1 GiB chunks)",
+    "losslab_wide": "losslab (float32 weight-gradient accumulator)",
     "losslab": "losslab",
 }
 
@@ -66,6 +67,8 @@ def peers() -> tuple[dict[str, Callable], dict[str, str]]:
     else:
         missing["torch"] = f"torch {torch.__version__} has no F.linear_cross_entropy (PyTorch 2.13 and later)"
     big = Options(chunk_bytes=GIB)
+    wide = Options(float32_grad_weight=True)
     found["losslab_1gib"] = lambda x, w, t: linear_cross_entropy(x, w, t, options=big)
+    found["losslab_wide"] = lambda x, w, t: linear_cross_entropy(x, w, t, options=wide)
     found["losslab"] = linear_cross_entropy
     return found, missing
