@@ -94,6 +94,7 @@ def error_lines(record: dict) -> list[str]:
     for head in record["heads"]:
         parts = [f"{LABELS[n]} {p['input_grad_error']:.1e} / {p['weight_grad_error']:.1e}"
                  for n, p in head["peers"].items() if p.get("input_grad_error") is not None]
+        parts += [f"{LABELS[n]} not measured ({why})" for n, why in head.get("failed", {}).items()]
         compiled = head["peers"].get("compile", {}).get("graphs_compiled")
         if compiled is not None:
             parts.append(f"torch.compile compiled {compiled} graph(s) for this shape")
