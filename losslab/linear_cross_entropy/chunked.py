@@ -32,17 +32,10 @@ def stats(target: torch.Tensor, weight: torch.Tensor | None, vocab: int, ignore_
     without weights: PyTorch's, also with label smoothing) and W = sum_j w_j (V without weights)."""
     kept = target != ignore_index
     if weight is None:
-        return torch.stack([kept.sum().to(dtype), torch.tensor(float(vocab), dtype=dtype, device=target.device)])
+        return torch.stack([kept.sum().to(dtype), torch.full((), float(vocab), dtype=dtype, device=target.device)])
     w = weight.to(dtype)
     safe = torch.where(kept & (target >= 0) & (target < vocab), target, 0)  # never an index out of range
     return torch.stack([(w[safe] * kept).sum(), w.sum()])
-
-
-def _logits(out: torch.Tensor, x: torch.Tensor, linear_weight: torch.Tensor, bias: torch.Tensor | None) -> None:
-    if bias is None:
-        torch.mm(x, linear_weight.t(), out=out)
-    else:
-        torch.addmm(bias, x, linear_weight.t(), out=out)
 
 
 def forward(input: torch.Tensor, linear_weight: torch.Tensor, target: torch.Tensor, bias: torch.Tensor | None,
@@ -64,57 +57,19 @@ def forward(input: torch.Tensor, linear_weight: torch.Tensor, target: torch.Tens
     Raises:
         ValueError: a target outside [0, V) that is not ignore_index (:func:`check_target_range`).
     """
-    count, vocab = input.shape[0], linear_weight.shape[0]
     if check_targets:
-        check_target_range(target, vocab, ignore_index)
-    math = math_dtype(input.dtype)
-    row_stats = stats(target, weight, vocab, ignore_index, math)
-    class_weight = None if weight is None else weight.to(math).contiguous()
-    row_losses = torch.empty(count, dtype=math, device=input.device)
-    write_grad = reduction != REDUCTIONS["none"] and any(needs)
-    wants = needs if write_grad else (False, False, False)
-    grad_input = torch.empty_like(input) if wants[0] else None
-    grad_weight = _zeros_like_weight(linear_weight, wide) if wants[1] else None
-    grad_bias = torch.zeros(vocab, dtype=math, device=input.device) if wants[2] else None
-    buffer = torch.empty(min(chunk_rows, count), vocab, dtype=input.dtype, device=input.device)
-    for start in range(0, count, chunk_rows):
-        end = min(start + chunk_rows, count)
-        x, logits = input[start:end], buffer[:end - start]
-        _logits(logits, x, linear_weight, bias)
-        rows(logits, target[start:end], class_weight, row_stats, None, row_losses[start:end],
-             ignore_index=ignore_index, label_smoothing=label_smoothing, softcap=softcap,
-             mean=reduction == REDUCTIONS["mean"], write_grad=write_grad)
-        _gradients(logits, x, linear_weight, grad_input, grad_weight, grad_bias, start, end)
+        check_target_range(target, linear_weight.shape[0], ignore_index)
+    wants = needs if reduction != REDUCTIONS["none"] else (False, False, False)
+    row_losses, row_stats, *grads = _chunks(input, linear_weight, target, bias, weight, None, ignore_index,
+                                            label_smoothing, softcap, chunk_rows, reduction == REDUCTIONS["mean"],
+                                            wants, wide)
     if reduction == REDUCTIONS["none"]:
         loss = row_losses
     else:
         loss = row_losses.sum()
         if reduction == REDUCTIONS["mean"]:
             loss = loss / row_stats[0]
-    return (loss.to(input.dtype), grad_input, _narrowed(grad_weight, linear_weight),
-            None if grad_bias is None else grad_bias.to(bias.dtype))
-
-
-def _zeros_like_weight(linear_weight: torch.Tensor, wide: bool) -> torch.Tensor:
-    return torch.zeros_like(linear_weight, dtype=torch.float32 if wide and linear_weight.dtype in (
-        torch.bfloat16, torch.float16) else linear_weight.dtype)
-
-
-def _narrowed(grad_weight: torch.Tensor | None, linear_weight: torch.Tensor) -> torch.Tensor | None:
-    return None if grad_weight is None else grad_weight.to(linear_weight.dtype)
-
-
-def _gradients(grad_logits, x, linear_weight, grad_input, grad_weight, grad_bias, start, end) -> None:
-    if grad_input is not None:
-        torch.mm(grad_logits, linear_weight, out=grad_input[start:end])
-    if grad_weight is not None and grad_weight.dtype == x.dtype:  # beta = 1: rounded once per chunk
-        torch.addmm(grad_weight, grad_logits.t(), x, out=grad_weight)
-    elif grad_weight is not None and grad_weight.is_cuda:  # a float32 accumulator (torch >= 2.8)
-        torch.addmm(grad_weight, grad_logits.t(), x, out_dtype=torch.float32, out=grad_weight)
-    elif grad_weight is not None:  # the CPU has no addmm with out_dtype: the GEMM in float32
-        grad_weight += torch.mm(grad_logits.t().to(grad_weight.dtype), x.to(grad_weight.dtype))
-    if grad_bias is not None:
-        grad_bias += grad_logits.sum(dim=0, dtype=grad_bias.dtype)
+    return (loss.to(input.dtype), *grads)
 
 
 def backward_none(input: torch.Tensor, linear_weight: torch.Tensor, target: torch.Tensor, bias: torch.Tensor | None,
@@ -123,21 +78,51 @@ def backward_none(input: torch.Tensor, linear_weight: torch.Tensor, target: torc
     """Reduction none's backward: the forward had no grad_output per row, so each chunk's logits are
     computed again (a fourth GEMM: 8 instead of 6 * N * H * V flops) and its gradient written scaled
     by ``grad_output`` (N,). Returns (grad_input, grad_weight, grad_bias), None where not needed."""
+    _, _, *grads = _chunks(input, linear_weight, target, bias, weight, grad_output, ignore_index, label_smoothing,
+                           softcap, chunk_rows, False, needs, wide)
+    return tuple(grads)
+
+
+def _chunks(input, linear_weight, target, bias, weight, row_scale, ignore_index, label_smoothing, softcap, chunk_rows,
+            mean, wants, wide):
+    """The chunk loop of both directions: (row losses, row stats, grad_input, grad_weight, grad_bias), each
+    gradient None unless ``wants`` it; the gradients are written only if one is wanted."""
     count, vocab = input.shape[0], linear_weight.shape[0]
     math = math_dtype(input.dtype)
     row_stats = stats(target, weight, vocab, ignore_index, math)
     class_weight = None if weight is None else weight.to(math).contiguous()
-    scale = grad_output.to(math).contiguous()
+    scale = None if row_scale is None else row_scale.to(math).contiguous()
     row_losses = torch.empty(count, dtype=math, device=input.device)
-    grad_input = torch.empty_like(input) if needs[0] else None
-    grad_weight = _zeros_like_weight(linear_weight, wide) if needs[1] else None
-    grad_bias = torch.zeros(vocab, dtype=math, device=input.device) if needs[2] else None
+    grad_input = torch.empty_like(input) if wants[0] else None
+    grad_weight = torch.zeros_like(linear_weight, dtype=torch.float32 if wide and linear_weight.dtype in (
+        torch.bfloat16, torch.float16) else linear_weight.dtype) if wants[1] else None
+    grad_bias = torch.zeros(vocab, dtype=math, device=input.device) if wants[2] else None
     buffer = torch.empty(min(chunk_rows, count), vocab, dtype=input.dtype, device=input.device)
     for start in range(0, count, chunk_rows):
         end = min(start + chunk_rows, count)
         x, logits = input[start:end], buffer[:end - start]
-        _logits(logits, x, linear_weight, bias)
-        rows(logits, target[start:end], class_weight, row_stats, scale[start:end], row_losses[start:end],
-             ignore_index=ignore_index, label_smoothing=label_smoothing, softcap=softcap, mean=False, write_grad=True)
-        _gradients(logits, x, linear_weight, grad_input, grad_weight, grad_bias, start, end)
-    return grad_input, _narrowed(grad_weight, linear_weight), None if grad_bias is None else grad_bias.to(bias.dtype)
+        if bias is None:
+            torch.mm(x, linear_weight.t(), out=logits)
+        else:
+            torch.addmm(bias, x, linear_weight.t(), out=logits)
+        rows(logits, target[start:end], class_weight, row_stats, None if scale is None else scale[start:end],
+             row_losses[start:end], ignore_index=ignore_index, label_smoothing=label_smoothing, softcap=softcap,
+             mean=mean, write_grad=any(wants))
+        if grad_input is not None:
+            torch.mm(logits, linear_weight, out=grad_input[start:end])
+        if grad_weight is not None:
+            _accumulate(grad_weight, logits, x)
+        if grad_bias is not None:
+            grad_bias += logits.sum(dim=0, dtype=grad_bias.dtype)
+    return (row_losses, row_stats, grad_input, None if grad_weight is None else grad_weight.to(linear_weight.dtype),
+            None if grad_bias is None else grad_bias.to(bias.dtype))
+
+
+def _accumulate(grad_weight: torch.Tensor, grad_logits: torch.Tensor, x: torch.Tensor) -> None:
+    """grad_weight += grad_logits^T x, by cuBLAS with beta = 1."""
+    if grad_weight.dtype == x.dtype:  # rounded to the weight's dtype once per chunk
+        torch.addmm(grad_weight, grad_logits.t(), x, out=grad_weight)
+    elif grad_weight.is_cuda:  # a float32 accumulator (torch >= 2.8)
+        torch.addmm(grad_weight, grad_logits.t(), x, out_dtype=torch.float32, out=grad_weight)
+    else:  # the CPU has no addmm with out_dtype: the GEMM in float32
+        grad_weight += torch.mm(grad_logits.t().to(grad_weight.dtype), x.to(grad_weight.dtype))
