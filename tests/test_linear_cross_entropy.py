@@ -433,6 +433,7 @@ SIM_CASES = [  # (dtype code, V, label_smoothing, softcap, class weights, mean, 
     (1, 2056, 0.0, 2.0, True, False, True, True),
     (2, 1003, 0.1, 0.0, True, True, True, False),
     (2, 2056, 0.0, 0.0, False, False, False, False),
+    (1, 13, 0.1, 3.0, True, True, True, True),  # rows shorter than a pack past their head
 ]
 
 
