@@ -184,6 +184,7 @@ def bad_calls():
     return [
         ((d, w, t), {"reduction": "batchmean"}, ValueError, "reduction"),
         ((d, w, t), {"label_smoothing": 1.5}, ValueError, "label_smoothing"),
+        ((d, w, t), {"label_smoothing": "0.1"}, ValueError, "label_smoothing"),
         ((d, w, t), {"softcap": 0.0}, ValueError, "softcap"),
         ((d, w, t), {"softcap": float("inf")}, ValueError, "softcap"),
         ((d, w, t), {"ignore_index": 1.5}, TypeError, "ignore_index"),

@@ -100,7 +100,8 @@ def linear_cross_entropy(input: torch.Tensor, linear_weight: torch.Tensor, targe
     ignore_index = IGNORE_INDEX if ignore_index is None else ignore_index
     if isinstance(ignore_index, bool) or not isinstance(ignore_index, int):
         raise TypeError(f"ignore_index: expected an int or None, got {ignore_index!r}")
-    if not 0.0 <= float(label_smoothing) <= 1.0:
+    if isinstance(label_smoothing, bool) or not isinstance(label_smoothing, int | float) \
+            or not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(f"label_smoothing: expected a float in [0, 1], got {label_smoothing!r}")
     if softcap is not None and not (isinstance(softcap, int | float) and math.isfinite(softcap) and softcap > 0):
         raise ValueError(f"softcap: expected None or a positive finite float, got {softcap!r}")
