@@ -206,3 +206,15 @@ def test_the_overlap_check_can_fail():
     ax.text(0.5, 0.5, "one label")
     ax.text(0.5, 0.5, "another label")
     assert overlaps(fig)
+
+
+def test_the_linear_cross_entropy_figures_are_readable():
+    from losslab.linear_cross_entropy import figures
+
+    heads = {"Llama-3-8B": (8192, 4096, 128256), "Gemma-2-2B": (8192, 2304, 256000)}
+    check_readable(figures.bytes_figure(heads), "linear cross-entropy bytes per step")
+    check_readable(figures.roofline_figure("NVIDIA H200"), "linear cross-entropy roofline without a record")
+    peer = {"median_ms": 40.0, "extra_bytes": 2**30}
+    head = {"label": "Llama-3-8B", "tokens": 8192, "hidden": 4096, "vocab": 128256,
+            "peers": {"gemms": peer, "eager": dict(peer, median_ms=50.0), "losslab": dict(peer, median_ms=42.0)}}
+    check_readable(figures.roofline_figure("NVIDIA H100 80GB HBM3", head), "linear cross-entropy roofline")

@@ -17,6 +17,7 @@ from collections.abc import Callable
 import torch
 from torch.nn import _reduction
 
+from losslab.linear_cross_entropy import linear_cross_entropy  # noqa: F401  (PyTorch 2.13's, chunked)
 from losslab.nn import operators
 from losslab.problems import cross_entropy as ce_host
 from losslab.problems import kl_div as kl_host

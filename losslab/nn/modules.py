@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch.nn.modules.loss import _Loss, _WeightedLoss
 
+from losslab.linear_cross_entropy import LinearCrossEntropyLoss  # noqa: F401  (PyTorch 2.13's, chunked)
 from losslab.nn import functional
 
 

@@ -111,6 +111,9 @@ NOTEBOOKS = (
      "runs every pitfall live", "shows the recorded outcomes, or says none exists yet"),
     ("07_evaluate_solutions", "Judge a KernelBench-style solution (ModelNew) like a leaderboard would.",
      "evaluates solutions live", "shows what an evaluation reports; the run needs a GPU"),
+    ("08_linear_cross_entropy", "The language-model head and its loss without the logits in memory.",
+     "shows the newest record (scripts/linear_cross_entropy_gpu.sh measures)",
+     "shows the newest record, or says none exists yet"),
 )
 
 
