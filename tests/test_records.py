@@ -356,8 +356,8 @@ def test_measure_sweep_plans_repeats_directions_and_skips_with_reasons(monkeypat
 
     def fake_bench(problem, shape, variants, **kw):
         calls.append((shape, kw["dtype"], tuple(variants), kw["repeats"], kw["directions"]))
-        return [_row(problem=problem, implementation=v, shape=shape, dtype=str(kw["dtype"]).removeprefix("torch."))
-                for v in variants]
+        return [_row(problem=problem, implementation=v if isinstance(v, str) else v.name, shape=shape,
+                     dtype=str(kw["dtype"]).removeprefix("torch.")) for v in variants]
 
     monkeypatch.setattr(records.measuring, "bench_problem", fake_bench)
     monkeypatch.setattr(records.measuring.torch.cuda, "empty_cache", lambda: None)
@@ -370,10 +370,11 @@ def test_measure_sweep_plans_repeats_directions_and_skips_with_reasons(monkeypat
                                     dtypes=("float32", "bfloat16"), ceilings=ceilings, progress=False)
     spec = problems.get("cross_entropy")
     first = calls[0]
-    assert first[0] == (128, 4096) and first[2] == spec.variants and first[3] == 20
+    names = lambda timed: tuple(v if isinstance(v, str) else v.name for v in timed)  # noqa: E731
+    assert first[0] == (128, 4096) and names(first[2]) == (*spec.variants, "losslab.nn") and first[3] == 20
     assert first[4] == ("forward", "forward_backward")
     wide = next(c for c in calls if c[0] == (4096, 131072) and c[1] == torch.float32)
-    assert wide[2] == spec.variants[1:] and wide[3] == 10  # the serial rung left out; fewer repeats
+    assert names(wide[2]) == (*spec.variants[1:], "losslab.nn") and wide[3] == 10  # no serial rung; fewer repeats
     assert not any(c[0] == (65536, 131072) for c in calls)  # 32 GiB of logits: does not fit in 30 GB free
     reasons = {(s.shape, s.dtype, s.implementation): s.reason for s in section.skipped}
     assert "one thread walks each row" in reasons[(4096, 131072), "float32", spec.variants[0]]
