@@ -14,6 +14,8 @@ from losslab import build, problems
 from losslab.build import KERNELS, ROOT
 
 LADDER = "ladder"  # kernels/<problem>/ladder/ and build/csrc/<problem>_ladder.cpp: the teaching ladder
+# bindings of extensions that no record section measures (losslab.distributed's kernels)
+UNRECORDED_BINDINGS = frozenset({"vocab_parallel"})
 
 
 def _files(folder: Path) -> list[Path]:
@@ -36,7 +38,7 @@ def measured_sources(problem: str, root: Path | None = None) -> list[Path]:
     own = [p for p in _files(kernels / problem) if LADDER not in p.relative_to(kernels / problem).parts[:-1]]
     files = [*_files(kernels / "common"), *own, *_files(kernels / "ceilings")]
     files += [p for p in _files(root / build.CSRC.relative_to(ROOT))
-              if p.stem not in others and not p.stem.endswith(f"_{LADDER}")]
+              if p.stem not in others | UNRECORDED_BINDINGS and not p.stem.endswith(f"_{LADDER}")]
     packages = root / "losslab" / "problems"
     files += [p for p in _files(packages) if p.suffix == ".py" and p.relative_to(packages).parts[0] not in others]
     files += [root / "losslab" / "ops.py", root / builder]
