@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from torch.distributed.device_mesh import DeviceMesh
 
 from losslab.distributed.partition import VocabPartition
 
@@ -54,15 +55,15 @@ def megatron_style_cross_entropy(local_logits: torch.Tensor, target: torch.Tenso
 
 def loss_parallel_forward_backward(local_logits: torch.Tensor, target: torch.Tensor, partition: VocabPartition, *,
                                    group: dist.ProcessGroup | None = None, ignore_index: int = -100,
-                                   ) -> tuple[torch.Tensor, torch.Tensor]:
+                                   mesh: DeviceMesh | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """PyTorch's ``loss_parallel()``: ``local_logits`` [N, V_local] as a DTensor sharded on the class
-    dimension of a mesh over ``group``, ``F.cross_entropy`` (mean) and its backward, both inside
-    the context as it requires. Returns (the 0-d loss, this rank's [N, V_local] gradient). Collective."""
-    from torch.distributed.device_mesh import DeviceMesh
+    dimension of ``mesh`` (default: a mesh over ``group``, made on each call), ``F.cross_entropy``
+    (mean) and its backward, both inside the context as it requires. Returns (the 0-d loss, this
+    rank's [N, V_local] gradient). Collective; the split must be the one DTensor makes (even)."""
     from torch.distributed.tensor import DTensor, Shard
     from torch.distributed.tensor.parallel import loss_parallel
 
-    mesh = DeviceMesh.from_group(group or dist.group.WORLD, local_logits.device.type)
+    mesh = mesh or DeviceMesh.from_group(group or dist.group.WORLD, local_logits.device.type)
     leaf = local_logits.detach().requires_grad_()
     n = local_logits.shape[0]
     logits = DTensor.from_local(leaf, mesh, [Shard(1)], run_check=False, shape=(n, partition.vocab_size),
