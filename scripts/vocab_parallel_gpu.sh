@@ -37,7 +37,7 @@ else
 fi
 echo "tests rc=$tests bench rc=$bench (logs and JSON in $OUT)"
 if [ -f "$OUT/vocab_parallel.json" ]; then  # the table last, from the JSON rank 0 wrote
-    python3 -c "import json, sys; from losslab.distributed import bench; print(bench.table(json.load(open(sys.argv[1]))))" \
+    python3 -c "import json, sys; from losslab.distributed import record; print(record.table(json.load(open(sys.argv[1]))))" \
         "$OUT/vocab_parallel.json"
 fi
 [ "$tests" = 0 ] && [ "$bench" = 0 ]

@@ -35,7 +35,6 @@ WARMUP = 5
 LATENCY_CALLS = 100
 BANDWIDTH_BYTES = 256 * 2**20  # collectives' large message
 COPY_BYTES = 2**30
-GOAL_FACTOR = 1.2  # the issue's goal: within 1.2x of the model below
 
 
 def per_call_ms(fn: Callable[[], object], flush: torch.Tensor, repeats: int = REPEATS,
@@ -160,34 +159,12 @@ def goal(size: dict, collectives: dict, element_bytes: int) -> dict:
     the measured copy bandwidth, plus one all-gather's latency (the 4-byte message), in ms."""
     nbytes = 3 * size["rows"] * max(size["widths"]) * element_bytes
     model_ms = nbytes / collectives["copy_gbps"] / 1e6 + collectives["all_gather_latency_ms"]
-    return {"bytes": nbytes, "model_ms": model_ms, "limit_ms": GOAL_FACTOR * model_ms}
+    return {"bytes": nbytes, "model_ms": model_ms, "limit_ms": record.GOAL_FACTOR * model_ms}
 
 
 def slowest(per_rank: list[dict], key: str) -> dict:
     """Each entry of ``per_rank[r][key]`` as the largest over the ranks (a step waits for the slowest)."""
     return {name: max(r[key][name] for r in per_rank) for name in per_rank[0][key]}
-
-
-def table(data: dict) -> str:
-    """The short table rank 0 prints last."""
-    c = data["collectives"]
-    lines = [f"vocab-parallel cross-entropy, {data['world']} x {data['device']}, {data['sizes'][0]['dtype']}, "
-             "forward+backward, median ms per call (slowest rank)",
-             f"{'N x V':<14}{'losslab':>9}{'Megatron':>10}{'loss_par':>10}{'1-GPU':>8}{'model':>8}"
-             f"{'x model':>9}{'loss_par/losslab':>18}"]
-    for s in data["sizes"]:
-        ms, model = s["ms"], s["goal"]["model_ms"]
-        lines.append(f"{s['rows']}x{s['vocab']:<9}{ms['losslab']:>9.3f}{ms['megatron_style']:>10.3f}"
-                     f"{ms['loss_parallel']:>10.3f}{ms['single_gpu_floor']:>8.3f}{model:>8.3f}"
-                     f"{ms['losslab'] / model:>9.2f}{ms['loss_parallel'] / ms['losslab']:>18.2f}")
-    lines.append(f"all-gather 4 B {c['all_gather_latency_ms'] * 1e3:.1f} us, statistics "
-                 f"{c['all_gather_statistics_ms'] * 1e3:.1f} us; all-reduce 4 B "
-                 f"{c['all_reduce_latency_ms'] * 1e3:.1f} us, three of [N] "
-                 f"{c['three_all_reduces_ms'] * 1e3:.1f} us; bus GB/s all-reduce {c['all_reduce_bus_gbps']:.0f}, "
-                 f"all-gather {c['all_gather_bus_gbps']:.0f}; copy {c['copy_gbps']:.0f} GB/s")
-    lines.append(f"goal: losslab within {GOAL_FACTOR}x of the model (3 x local slice bytes / copy bandwidth "
-                 "+ all-gather latency) and 2x faster than loss_parallel")
-    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -231,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
         write_json(args.json, data)
     if args.record:
         print(f"recorded {record.save(data)}")
-    print(table(data))
+    print(record.table(data))
     return 0
 
 

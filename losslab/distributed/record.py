@@ -1,7 +1,7 @@
 """The benchmark's records: ``reports/results/vocab_parallel/<device slug>-x<world>.json``.
 
-Written atomically (``records.files.write_json``), read back by the notebook chapter; each carries
-its provenance and the hash of the sources it measured (:func:`sources_sha256`).
+Written atomically (``records.files.write_json``), read back by the notebook chapter and shown as a
+short table (:func:`table`); each carries its provenance and its sources' hash (:func:`sources_sha256`).
 """
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from losslab.build import CSRC, KERNELS, ROOT
 from losslab.records.files import RESULTS_DIR, device_slug, write_json
 
 FOLDER = RESULTS_DIR / "vocab_parallel"
+GOAL_FACTOR = 1.2  # the issue's goal: within 1.2x of (3 x local slice bytes / copy bandwidth + latency)
 
 
 def record_path(device: str, world: int, folder: Path = FOLDER) -> Path:
@@ -56,3 +57,25 @@ def load_all(folder: Path | str = FOLDER) -> list[dict]:
             raise ValueError(f"{path}: not a vocab_parallel record (expected device, world and sizes)")
         found.append(data)
     return sorted(found, key=lambda d: d.get("date", ""), reverse=True)
+
+
+def table(data: dict) -> str:
+    """The short table rank 0 prints last."""
+    c = data["collectives"]
+    lines = [f"vocab-parallel cross-entropy, {data['world']} x {data['device']}, {data['sizes'][0]['dtype']}, "
+             "forward+backward, median ms per call (slowest rank)",
+             f"{'N x V':<14}{'losslab':>9}{'Megatron':>10}{'loss_par':>10}{'1-GPU':>8}{'model':>8}"
+             f"{'x model':>9}{'loss_par/losslab':>18}"]
+    for s in data["sizes"]:
+        ms, model = s["ms"], s["goal"]["model_ms"]
+        lines.append(f"{s['rows']}x{s['vocab']:<9}{ms['losslab']:>9.3f}{ms['megatron_style']:>10.3f}"
+                     f"{ms['loss_parallel']:>10.3f}{ms['single_gpu_floor']:>8.3f}{model:>8.3f}"
+                     f"{ms['losslab'] / model:>9.2f}{ms['loss_parallel'] / ms['losslab']:>18.2f}")
+    lines.append(f"all-gather 4 B {c['all_gather_latency_ms'] * 1e3:.1f} us, statistics "
+                 f"{c['all_gather_statistics_ms'] * 1e3:.1f} us; all-reduce 4 B "
+                 f"{c['all_reduce_latency_ms'] * 1e3:.1f} us, three of [N] "
+                 f"{c['three_all_reduces_ms'] * 1e3:.1f} us; bus GB/s all-reduce {c['all_reduce_bus_gbps']:.0f}, "
+                 f"all-gather {c['all_gather_bus_gbps']:.0f}; copy {c['copy_gbps']:.0f} GB/s")
+    lines.append(f"goal: losslab within {GOAL_FACTOR}x of the model (3 x local slice bytes / copy bandwidth "
+                 "+ all-gather latency) and 2x faster than loss_parallel")
+    return "\n".join(lines)
