@@ -11,31 +11,29 @@ import numpy as np
 # the phases of losslab's forward+backward, in order, and whether each computes or communicates
 PHASES = (("statistics", "compute"), ("all_gather", "communication"), ("combine", "compute"),
           ("gradient", "compute"))
-COLOURS = {"compute": "tab:blue", "communication": "tab:orange"}
+COLOURS = {"statistics": "tab:blue", "all_gather": "tab:orange", "combine": "tab:gray", "gradient": "tab:green"}
 GPUS = (2, 4, 8, 16, 32, 64)
 
 
 def timeline_figure(data: dict):
     """One row per rank and size: the recorded median of each phase of losslab's forward+backward
-    laid end to end (the GPU runs them in this order on one stream), compute and communication
-    coloured apart."""
+    laid end to end (the GPU runs them in this order on one stream), each phase its colour."""
     sizes = data["sizes"]
     fig, axes = plt.subplots(len(sizes), 1, figsize=(9, 1.2 + 0.6 * data["world"] * len(sizes)), squeeze=False)
     for ax, size in zip(axes[:, 0], sizes, strict=True):
         for rank, phases in enumerate(size["phases_ms_per_rank"]):
             start = 0.0
-            for name, kind in PHASES:
-                ax.barh(rank, phases[name], left=start, color=COLOURS[kind], edgecolor="white")
+            for name, _ in PHASES:
+                ax.barh(f"rank {rank}", phases[name], left=start, color=COLOURS[name], edgecolor="white")
                 start += phases[name]
-        ax.set_yticks(range(data["world"]), [f"rank {r}" for r in range(data["world"])])
         ax.invert_yaxis()
+        ax.set_ylabel("rank")
         ax.set_xlabel("time from the start of the forward (ms)")
-        ax.set_title(f"{size['rows']} x {size['vocab']} {size['dtype']}: statistics, all-gather, combine | "
-                     "gradient", fontsize=10)
-    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in COLOURS.values()]
-    axes[0, 0].legend(handles, list(COLOURS), loc="lower right", fontsize=8)
+        ax.set_title(f"{size['rows']} x {size['vocab']} {size['dtype']}", fontsize=10)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=COLOURS[name]) for name, _ in PHASES]
+    fig.legend(handles, [f"{name} ({kind})" for name, kind in PHASES], loc="lower center", ncol=4, fontsize=8)
     fig.suptitle(f"Per-rank timeline on {data['world']} x {data['device']} (recorded phase medians)")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.08, 1, 1))
     return fig
 
 
