@@ -249,7 +249,33 @@ def test_the_operators_have_fake_shapes():
         grad = K.gradient(x, t, row, row, row, torch.empty((), dtype=torch.bfloat16), 3, 1.0, 0.0)
     assert stats.shape == (5, 4) and stats.dtype == torch.float32
     assert grad.shape == (5, 7) and grad.dtype == torch.bfloat16
-    torch.library.opcheck(K.statistics, (torch.randn(5, 7), torch.tensor([0, 3, 9, -100, 4]), 3))
+    target = torch.tensor([0, 3, 9, -100, 4])
+    torch.library.opcheck(K.statistics, (torch.randn(5, 7), target, 3))
+    rows = [torch.rand(5) for _ in range(3)]
+    torch.library.opcheck(K.gradient, (torch.randn(5, 7), target, *rows, torch.tensor(0.5), 3, 0.9, 0.01))
+
+
+@pytest.fixture
+def gloo_world_of_one(tmp_path):
+    """A gloo group of this process alone, torn down after the test."""
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def test_torch_compile_traces_it_in_one_graph(gloo_world_of_one):
+    """Once the partition is known (one eager call, as before a CUDA graph capture), dynamo traces
+    the autograd.Function, its operators (through their fake kernels) and the all-gather into one
+    graph (fullgraph=True), with the eager value and gradient."""
+    full, target = full_inputs(50, dtype=torch.float32)
+    x = full.requires_grad_()
+    vocab_parallel_cross_entropy(x, target)  # gathers and caches the slice widths (a host read)
+    compiled = torch.compile(lambda a, b: vocab_parallel_cross_entropy(a, b, label_smoothing=0.1), fullgraph=True,
+                             backend="aot_eager")
+    compiled(x, target).backward()
+    got, grad = compiled(x.detach(), target), x.grad
+    want, want_grad = reference(full.detach(), target, label_smoothing=0.1)
+    assert relative(got.double(), want) <= 1e-6 and relative(grad.double(), want_grad) <= 1e-6
 
 
 def test_the_binding_is_no_measured_source_of_a_record():

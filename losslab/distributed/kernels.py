@@ -42,7 +42,7 @@ def statistics(local_logits: torch.Tensor, target: torch.Tensor, vocab_start: in
     the slice holds ``target`` else 0, sum of logits).
 
     Args:
-        local_logits: [N, V] float32/bfloat16/float16 (float64 too on CPU), contiguous.
+        local_logits: [N, V] float32/bfloat16/float16 (float64 too on CPU).
         target: [N] int64 global class ids.
         vocab_start: the global id of column 0 of ``local_logits``.
     Returns [N, 4] float32 (float64 for float64 logits).
@@ -65,6 +65,7 @@ def _(local_logits, target, vocab_start):
 @statistics.register_kernel("cuda")
 def _(local_logits, target, vocab_start):
     _check_cuda_dtype(local_logits)
+    local_logits, target = local_logits.contiguous(), target.contiguous()  # no copy when already so
     n, v = local_logits.shape
     out = torch.empty((n, STATISTICS), dtype=torch.float32, device=local_logits.device)
     launch(extension().statistics, local_logits.device, local_logits, target, out, n, v, vocab_start,
@@ -107,6 +108,8 @@ def _(local_logits, target, row_max, row_log_sum, row_weight, grad_loss, vocab_s
 def _(local_logits, target, row_max, row_log_sum, row_weight, grad_loss, vocab_start, target_weight,
       smoothing_per_class):
     _check_cuda_dtype(local_logits)
+    local_logits, target = local_logits.contiguous(), target.contiguous()
+    row_max, row_log_sum, row_weight = (t.float().contiguous() for t in (row_max, row_log_sum, row_weight))
     n, v = local_logits.shape
     grad_loss = grad_loss.to(local_logits.dtype).contiguous()
     out = torch.empty_like(local_logits)

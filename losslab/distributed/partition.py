@@ -51,9 +51,12 @@ class VocabPartition:
         return sum(self.widths)
 
 
+@torch.compiler.disable  # run eagerly: traced, its host read of the gathered widths hangs dynamo
 def gather_widths(width: int, group: dist.ProcessGroup | None, device: torch.device) -> tuple[int, ...]:
     """Every rank's ``width``, in rank order: one all-gather on ``device`` (a CUDA device for NCCL)
-    and a host synchronisation. Collective: every rank of ``group`` must call it."""
+    and a host synchronisation. Collective: every rank of ``group`` must call it. Never traced by
+    ``torch.compile`` (a graph break; with ``fullgraph=True`` an error: call the loss once eagerly
+    first, or pass its ``partition``)."""
     mine = torch.tensor(width, dtype=torch.int64, device=device)
     return tuple(all_gather(mine, dist.get_world_size(group), group).tolist())
 

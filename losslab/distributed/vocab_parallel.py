@@ -1,8 +1,8 @@
 """The vocabulary-parallel cross-entropy: one all-gather in the forward, none in the backward.
 
 Each rank reduces its slice to per-row statistics (``kernels.statistics``), the ranks exchange
-them in one all-gather, each combines them (``algebra``) and saves two floats a
-row; the backward writes the local gradient from them (``kernels.gradient``) without communicating.
+them in one all-gather, each combines them (``algebra``) and saves two floats a row; the
+backward writes the local gradient from them (``kernels.gradient``) without communicating.
 """
 from __future__ import annotations
 
@@ -50,7 +50,8 @@ def vocab_parallel_cross_entropy(local_logits: torch.Tensor, target: torch.Tenso
     ``F.cross_entropy(torch.cat(slices, 1), target, ...)``. The forward issues one
     all-gather (``collectives``) of [world, N, 4] float32 statistics, the backward none; no host
     synchronisation after the first call per (group, width), which gathers the slice widths
-    (pass ``partition`` to skip it), so a CUDA graph may capture any later call.
+    (pass ``partition`` to skip it), so a CUDA graph may capture any later call and
+    ``torch.compile(fullgraph=True)`` trace it.
 
     Args:
         local_logits: [N, V_local] float32, bfloat16 or float16 (float64 on CPU): this rank's
