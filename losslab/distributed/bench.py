@@ -124,9 +124,14 @@ def measure_size(vocab: int, dtype: torch.dtype, world: int, rank: int, flush: t
                                flush, setup=clear),
         "megatron_style": per_call_ms(lambda: megatron_style_cross_entropy(local, target, partition).backward(),
                                       flush, setup=clear),
-        "loss_parallel": per_call_ms(lambda: loss_parallel_forward_backward(local.detach(), target, partition,
-                                                                            mesh=mesh), flush),
     }
+    errors = {}
+    try:  # torch's DTensor API moves between releases: a peer that cannot run is recorded as such
+        ms["loss_parallel"] = per_call_ms(lambda: loss_parallel_forward_backward(local.detach(), target, partition,
+                                                                                 mesh=mesh), flush)
+    except Exception as err:  # every rank raises alike (same code, same inputs)
+        ms["loss_parallel"] = None
+        errors["loss_parallel"] = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
     from losslab.nn.functional import cross_entropy  # the single-GPU floor, on the gathered logits
 
     whole = full.requires_grad_()
@@ -151,7 +156,7 @@ def measure_size(vocab: int, dtype: torch.dtype, world: int, rank: int, flush: t
                                                          1.0, 0.0), flush),
     }
     return {"rows": ROWS, "vocab": vocab, "dtype": str(dtype).removeprefix("torch."), "widths": list(widths),
-            "ms": ms, "phases_ms": phases}
+            "ms": ms, "phases_ms": phases, "errors": errors}
 
 
 def goal(size: dict, collectives: dict, element_bytes: int) -> dict:
@@ -163,8 +168,10 @@ def goal(size: dict, collectives: dict, element_bytes: int) -> dict:
 
 
 def slowest(per_rank: list[dict], key: str) -> dict:
-    """Each entry of ``per_rank[r][key]`` as the largest over the ranks (a step waits for the slowest)."""
-    return {name: max(r[key][name] for r in per_rank) for name in per_rank[0][key]}
+    """Each entry of ``per_rank[r][key]`` as the largest over the ranks (a step waits for the slowest);
+    None where a rank has None (a peer that could not run)."""
+    values = {name: [r[key][name] for r in per_rank] for name in per_rank[0][key]}
+    return {name: None if None in v else max(v) for name, v in values.items()}
 
 
 def main(argv: list[str] | None = None) -> int:

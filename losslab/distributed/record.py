@@ -67,10 +67,12 @@ def table(data: dict) -> str:
              f"{'N x V':<14}{'losslab':>9}{'Megatron':>10}{'loss_par':>10}{'1-GPU':>8}{'model':>8}"
              f"{'x model':>9}{'loss_par/losslab':>18}"]
     for s in data["sizes"]:
-        ms, model = s["ms"], s["goal"]["model_ms"]
+        ms, model, peer = s["ms"], s["goal"]["model_ms"], s["ms"]["loss_parallel"]
         lines.append(f"{s['rows']}x{s['vocab']:<9}{ms['losslab']:>9.3f}{ms['megatron_style']:>10.3f}"
-                     f"{ms['loss_parallel']:>10.3f}{ms['single_gpu_floor']:>8.3f}{model:>8.3f}"
-                     f"{ms['losslab'] / model:>9.2f}{ms['loss_parallel'] / ms['losslab']:>18.2f}")
+                     + (f"{peer:>10.3f}" if peer else f"{'failed':>10}")
+                     + f"{ms['single_gpu_floor']:>8.3f}{model:>8.3f}{ms['losslab'] / model:>9.2f}"
+                     + (f"{peer / ms['losslab']:>18.2f}" if peer else f"{'-':>18}"))
+        lines += [f"  {name} could not run: {why}" for name, why in s.get("errors", {}).items()]
     lines.append(f"all-gather 4 B {c['all_gather_latency_ms'] * 1e3:.1f} us, statistics "
                  f"{c['all_gather_statistics_ms'] * 1e3:.1f} us; all-reduce 4 B "
                  f"{c['all_reduce_latency_ms'] * 1e3:.1f} us, three of [N] "
