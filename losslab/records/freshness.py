@@ -25,9 +25,10 @@ def _files(folder: Path) -> list[Path]:
 def measured_sources(problem: str, root: Path | None = None) -> list[Path]:
     """Every file a measurement of ``problem`` depends on, sorted: ``kernels/common``,
     ``kernels/<problem>`` and ``kernels/ceilings`` (the bandwidth ceilings the rows are a fraction
-    of), the bindings in ``losslab/build/csrc`` (but other problems'), the host launch code in
-    ``losslab/problems`` (but other problems' packages) and ``losslab/ops.py``, and the build
-    module that holds the compiler flags. ``root``: the repository (default this one).
+    of), the bindings in ``losslab/build/csrc`` (but other problems' and :data:`UNRECORDED_BINDINGS`),
+    the host launch code in ``losslab/problems`` (but other problems' packages) and
+    ``losslab/ops.py``, and the build module that holds the compiler flags. ``root``: the
+    repository (default this one).
 
     The teaching ladder (``kernels/<problem>/ladder/`` and its binding) is left out: no record
     row measures it yet, so a change to it changes no recorded measurement."""
