@@ -288,6 +288,24 @@ def test_the_kernels_build():
     assert callable(ext.statistics) and callable(ext.gradient)
 
 
+@pytest.mark.compile
+@pytest.mark.parametrize("name", ["statistics", "gradient"])
+def test_the_kernels_read_16_byte_packs_without_spilling(tmp_path, name):
+    """For sm_90: no spills, 16-byte loads (the packed loop) and MUFU.EX2 (__expf) in the SASS."""
+    from losslab.build import sass
+
+    cubin, report = sass.compile_cubin(build.KERNELS / "vocab_parallel" / f"{name}.cu", "sm_90", tmp_path)
+    usage = sass.resource_usage(report, "sm_90")
+    assert usage and all(k.spill_store_bytes == k.spill_load_bytes == 0 for k in usage), usage
+    try:
+        kernels = sass.disassemble(cubin)
+    except build.BuildError as err:
+        pytest.skip(f"no SASS here: {err}")
+    assert len(kernels) == 3  # float32, bfloat16, float16
+    for code in kernels.values():
+        assert "LDG.E.128" in code and "MUFU.EX2" in code
+
+
 @pytest.fixture(scope="module")
 def world_of_one(tmp_path_factory):
     """An NCCL group of this process alone, on the current GPU."""
