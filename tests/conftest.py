@@ -7,7 +7,8 @@ tool is missing is skipped with a reason that says so (pytest -rs, the default h
 Shared fixtures (use them by name; never import one test module from another):
 ``make_section``  a factory of recorded ``records.Section``s as ``python -m losslab bench`` records them;
 ``results_dir``   an empty results folder in tmp_path;
-``recorded_dir``  a results folder holding one fixture record for kl_div.
+``recorded_dir``  a results folder holding one fixture record for kl_div;
+``vocab_parallel_record`` a record of ``python -m losslab.distributed.bench`` (a dict).
 The sections hold made-up round numbers and are written only to tmp folders, never under reports/.
 """
 from __future__ import annotations
@@ -117,6 +118,23 @@ def results_dir(tmp_path) -> Path:
     folder = tmp_path / "results"
     folder.mkdir()
     return folder
+
+
+@pytest.fixture
+def vocab_parallel_record() -> dict:
+    """A two-GPU record as ``losslab.distributed.bench`` writes it, with made-up round numbers on
+    "Fixture GPU": losslab 1 ms, Megatron-style 2 ms, loss_parallel 4 ms, one GPU 1.5 ms per size."""
+    phases = {"statistics": 0.4, "all_gather": 0.02, "combine": 0.03, "gradient": 0.5}
+    sizes = [{"rows": 8192, "vocab": vocab, "dtype": "bfloat16", "widths": [vocab // 2] * 2,
+              "ms": {"losslab": 1.0, "megatron_style": 2.0, "loss_parallel": 4.0, "single_gpu_floor": 1.5},
+              "phases_ms_per_rank": [phases, phases],
+              "goal": {"bytes": 3 * 8192 * vocab, "model_ms": 0.9, "limit_ms": 1.08}} for vocab in (128256, 256000)]
+    collectives = {"all_gather_latency_ms": 0.015, "all_reduce_latency_ms": 0.015, "all_gather_statistics_ms": 0.02,
+                   "three_all_reduces_ms": 0.06, "statistics_bytes_per_rank": 8192 * 16, "bandwidth_bytes": 2**28,
+                   "all_reduce_bus_gbps": 300.0, "all_gather_bus_gbps": 300.0, "copy_gbps": 3000.0}
+    return {"device": "Fixture GPU", "world": 2, "torch": "fixture", "cuda": "fixture", "nccl": "fixture",
+            "date": FIXTURE_DATE, "sources_sha256": "0" * 64, "collectives": collectives, "sizes": sizes,
+            "protocol": "fixture"}
 
 
 @pytest.fixture

@@ -22,11 +22,11 @@ from matplotlib.text import Text  # noqa: E402
 
 from losslab import problems, records  # noqa: E402
 from losslab.measure.bench import SWEEP_DIRECTIONS  # noqa: E402
-from losslab.present import charts, evidence, results, roofline  # noqa: E402
+from losslab.present import charts, evidence, results, roofline, vocab_parallel  # noqa: E402
 from losslab.teach import explorer  # noqa: E402
 
 # a numeric axis names its unit: time, bytes, rates, shares, or what it counts
-UNIT = re.compile(r"\bms\b|GB/s|\bMB\b|FLOP/s|FLOP / byte|%|\bbytes?\b|\bfloats?\b|\blines?\b")
+UNIT = re.compile(r"\bms\b|GB/s|\bMB\b|FLOP/s|FLOP / byte|%|\bbytes?\b|\bfloats?\b|\blines?\b|\bGPUs\b")
 
 
 @pytest.fixture(autouse=True)
@@ -147,6 +147,11 @@ def test_the_coalescing_figure_and_the_model_only_roofline_are_readable():
 def test_the_explorers_roofline_is_readable():
     section = records.latest_section("cross_entropy")
     check_readable(explorer.Explorer(live=False).roofline_figure(section.view()), "explorer roofline")
+
+
+def test_the_vocab_parallel_figures_are_readable(vocab_parallel_record):
+    check_readable(vocab_parallel.timeline_figure(vocab_parallel_record), "vocab_parallel timeline")
+    check_readable(vocab_parallel.scaling_figure(vocab_parallel_record), "vocab_parallel scaling model")
 
 
 def test_the_fixture_figures_are_readable(make_section):

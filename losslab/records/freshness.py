@@ -13,6 +13,9 @@ from pathlib import Path
 from losslab import build, problems
 from losslab.build import KERNELS, ROOT, ladder
 
+# bindings of extensions that no record section measures (losslab.distributed's kernels)
+UNRECORDED_BINDINGS = frozenset({"vocab_parallel"})
+
 
 def _files(folder: Path) -> list[Path]:
     return [p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts] if folder.exists() else []
@@ -22,8 +25,8 @@ def measured_sources(problem: str, root: Path | None = None) -> list[Path]:
     """Every file a measurement of ``problem`` depends on, sorted: ``kernels/common``,
     ``kernels/<problem>`` (the operators' kernels and the teaching ladder's) and ``kernels/ceilings``
     (the bandwidth ceilings the rows are a fraction of), the bindings in ``losslab/build/csrc`` (but
-    other problems'), the host launch code in ``losslab/problems`` (but other problems' packages),
-    ``losslab/ops.py``, ``losslab/nn/`` (the public operator's host code) and
+    other problems' and :data:`UNRECORDED_BINDINGS`), the host launch code in ``losslab/problems``
+    (but other problems' packages), ``losslab/ops.py``, ``losslab/nn/`` (the public operator's) and
     ``losslab/variants.py``, and the build modules that hold the compiler flags. ``root``: the
     repository (default this one)."""
     root = Path(root or ROOT)
@@ -33,7 +36,7 @@ def measured_sources(problem: str, root: Path | None = None) -> list[Path]:
                 for f in (build.load_extension, ladder.load_ladder)}
     files = [*_files(kernels / "common"), *_files(kernels / problem), *_files(kernels / "ceilings")]
     files += [p for p in _files(root / build.CSRC.relative_to(ROOT))
-              if p.stem.removesuffix(f"_{ladder.LADDER}") not in others]
+              if p.stem.removesuffix(f"_{ladder.LADDER}") not in others | UNRECORDED_BINDINGS]
     packages = root / "losslab" / "problems"
     files += [p for p in _files(packages) if p.suffix == ".py" and p.relative_to(packages).parts[0] not in others]
     files += [p for p in _files(root / "losslab" / "nn") if p.suffix == ".py"]

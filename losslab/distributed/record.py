@@ -1,0 +1,83 @@
+"""The benchmark's records: ``reports/results/vocab_parallel/<device slug>-x<world>.json``.
+
+Written atomically (``records.files.write_json``), read back by the notebook chapter and shown as a
+short table (:func:`table`); each carries its provenance and its sources' hash (:func:`sources_sha256`).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from losslab.build import CSRC, KERNELS, ROOT
+from losslab.records.files import RESULTS_DIR, device_slug, write_json
+
+FOLDER = RESULTS_DIR / "vocab_parallel"
+GOAL_FACTOR = 1.2  # the issue's goal: within 1.2x of (3 x local slice bytes / copy bandwidth + latency)
+
+
+def record_path(device: str, world: int, folder: Path = FOLDER) -> Path:
+    """Where a ``world``-GPU record of ``device`` goes: ``<folder>/<device slug>-x<world>.json``."""
+    return Path(folder) / f"{device_slug(device)}-x{world}.json"
+
+
+def sources() -> list[Path]:
+    """The files a measurement depends on: ``kernels/vocab_parallel/``, its binding and this package."""
+    package = Path(__file__).resolve().parent
+    return sorted([*(KERNELS / "vocab_parallel").glob("*"), CSRC / "vocab_parallel.cpp", *package.glob("*.py")])
+
+
+def sources_sha256() -> str:
+    """sha256 over :func:`sources` (each file's path in the repository and its bytes)."""
+    digest = hashlib.sha256()
+    for path in sources():
+        digest.update(path.relative_to(ROOT).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def save(data: dict, folder: Path = FOLDER) -> Path:
+    """Write one record (a dict with ``device`` and ``world``) atomically; returns its path."""
+    path = record_path(data["device"], data["world"], folder)
+    write_json(path, data)
+    return path
+
+
+def load_all(folder: Path | str = FOLDER) -> list[dict]:
+    """Every record under ``folder``, newest first; [] when there is none (or no folder).
+
+    Raises:
+        ValueError: a file there that is not JSON with ``device``, ``world`` and ``sizes`` (one line naming it)."""
+    found = []
+    for path in sorted(Path(folder).glob("*.json")):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as err:
+            raise ValueError(f"{path}: not a vocab_parallel record ({err})") from None
+        if not isinstance(data, dict) or not {"device", "world", "sizes"} <= data.keys():
+            raise ValueError(f"{path}: not a vocab_parallel record (expected device, world and sizes)")
+        found.append(data)
+    return sorted(found, key=lambda d: d.get("date", ""), reverse=True)
+
+
+def table(data: dict) -> str:
+    """The short table rank 0 prints last."""
+    c = data["collectives"]
+    lines = [f"vocab-parallel cross-entropy, {data['world']} x {data['device']}, {data['sizes'][0]['dtype']}, "
+             "forward+backward, median ms per call (slowest rank)",
+             f"{'N x V':<14}{'losslab':>9}{'Megatron':>10}{'loss_par':>10}{'1-GPU':>8}{'model':>8}"
+             f"{'x model':>9}{'loss_par/losslab':>18}"]
+    for s in data["sizes"]:
+        ms, model, peer = s["ms"], s["goal"]["model_ms"], s["ms"]["loss_parallel"]
+        lines.append(f"{s['rows']}x{s['vocab']:<9}{ms['losslab']:>9.3f}{ms['megatron_style']:>10.3f}"
+                     + (f"{peer:>10.3f}" if peer else f"{'failed':>10}")
+                     + f"{ms['single_gpu_floor']:>8.3f}{model:>8.3f}{ms['losslab'] / model:>9.2f}"
+                     + (f"{peer / ms['losslab']:>18.2f}" if peer else f"{'-':>18}"))
+        lines += [f"  {name} could not run: {why}" for name, why in s.get("errors", {}).items()]
+    lines.append(f"all-gather 4 B {c['all_gather_latency_ms'] * 1e3:.1f} us, statistics "
+                 f"{c['all_gather_statistics_ms'] * 1e3:.1f} us; all-reduce 4 B "
+                 f"{c['all_reduce_latency_ms'] * 1e3:.1f} us, three of [N] "
+                 f"{c['three_all_reduces_ms'] * 1e3:.1f} us; bus GB/s all-reduce {c['all_reduce_bus_gbps']:.0f}, "
+                 f"all-gather {c['all_gather_bus_gbps']:.0f}; copy {c['copy_gbps']:.0f} GB/s")
+    lines.append(f"goal: losslab within {GOAL_FACTOR}x of the model (3 x local slice bytes / copy bandwidth "
+                 "+ all-gather latency) and 2x faster than loss_parallel")
+    return "\n".join(lines)
