@@ -1,0 +1,52 @@
+"""The wheel's build step (the metadata is pyproject.toml's): beside the package, the sources it
+reads (kernels/, exercises/, pitfalls/ as losslab/<folder>/) and each loss's operator kernels
+prebuilt with nvcc (losslab/build/prebuilt.py; set LOSSLAB_PREBUILT=0 to leave them out, and
+LOSSLAB_NVCC_JOBS to bound the parallel nvcc processes). An editable install builds nothing."""
+import importlib.util
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from setuptools import setup
+from setuptools.command.bdist_wheel import bdist_wheel
+from setuptools.command.build_py import build_py
+
+ROOT = Path(__file__).resolve().parent
+DATA = ("kernels", "exercises", "pitfalls")
+
+
+def _prebuilt():
+    spec = importlib.util.spec_from_file_location("losslab_prebuilt", ROOT / "losslab" / "build" / "prebuilt.py")
+    module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class BuildPy(build_py):
+    def run(self):
+        super().run()
+        if self.editable_mode:
+            return
+        package = Path(self.build_lib) / "losslab"
+        for folder in DATA:
+            shutil.copytree(ROOT / folder, package / folder, dirs_exist_ok=True,
+                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        if os.environ.get("LOSSLAB_PREBUILT", "1") != "0":
+            jobs = int(os.environ["LOSSLAB_NVCC_JOBS"]) if os.environ.get("LOSSLAB_NVCC_JOBS") else None
+            _prebuilt().compile_libraries(package / "_prebuilt", ROOT / "kernels", ROOT / "losslab" / "build" / "csrc",
+                                          jobs=jobs)
+
+
+class BdistWheel(bdist_wheel):
+    """py3-none-<platform>: the libraries hold machine code, but no Python C API (ctypes)."""
+
+    def finalize_options(self):
+        super().finalize_options()
+        self.root_is_pure = False
+
+    def get_tag(self):
+        return "py3", "none", super().get_tag()[2]
+
+
+setup(cmdclass={"build_py": BuildPy, "bdist_wheel": BdistWheel})
