@@ -8,7 +8,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from setuptools import setup
+from setuptools import Distribution, setup
 from setuptools.command.bdist_wheel import bdist_wheel
 from setuptools.command.build_py import build_py
 
@@ -38,15 +38,18 @@ class BuildPy(build_py):
                                           jobs=jobs)
 
 
-class BdistWheel(bdist_wheel):
-    """py3-none-<platform>: the libraries hold machine code, but no Python C API (ctypes)."""
+class PlatformDistribution(Distribution):
+    """Machine code inside (the libraries): the wheel is for one platform, its files at its root."""
 
-    def finalize_options(self):
-        super().finalize_options()
-        self.root_is_pure = False
+    def has_ext_modules(self):
+        return True
+
+
+class BdistWheel(bdist_wheel):
+    """py3-none-<platform>: the libraries use no Python C API (ctypes loads them), so any Python 3."""
 
     def get_tag(self):
         return "py3", "none", super().get_tag()[2]
 
 
-setup(cmdclass={"build_py": BuildPy, "bdist_wheel": BdistWheel})
+setup(distclass=PlatformDistribution, cmdclass={"build_py": BuildPy, "bdist_wheel": BdistWheel})
