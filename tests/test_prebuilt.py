@@ -159,6 +159,21 @@ def test_the_installed_wheel_serves_the_prebuilt_kernels_without_nvcc(installed)
 
 
 @pytest.mark.compile
+def test_the_installed_wheel_serves_the_command_line_and_the_exercises(installed):
+    python, env = installed
+    run = lambda *args, env=env: subprocess.run([python, "-m", "losslab", *args], capture_output=True, text=True,
+                                                 env=env, cwd=python.parents[2])  # noqa: E731
+    assert all(problem in run("list").stdout for problem in LOSSES)
+    for problem in LOSSES:
+        assert "class ModelNew" in run("export", problem, problems.get(problem).variants[-1]).stdout
+    assert "exercises/" in run("grade", "--list").stdout
+    # an exercise compiles on demand: with nvcc on PATH, the wheel's own solution grades green
+    solution = next(python.parents[1].glob("lib/python*/site-packages/losslab/exercises/solutions/*/*.cu"))
+    graded = run("grade", str(solution), "--exercise", solution.stem, env={**env, "PATH": os.environ["PATH"]})
+    assert graded.returncode == 0 and "GREEN" in graded.stdout, graded.stdout + graded.stderr
+
+
+@pytest.mark.compile
 def test_every_operator_of_the_installed_wheel_registers_and_traces_on_meta(installed):
     python, env = installed
     tests = [str(REPO / "tests" / name) for name in ("test_ops.py", "test_nn.py")]

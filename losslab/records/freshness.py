@@ -34,10 +34,11 @@ def measured_sources(problem: str, root: Path | None = None) -> list[Path]:
     files = [*_files(kernels / "common"), *_files(kernels / problem), *_files(kernels / "ceilings")]
     files += [p for p in _files(root / build.CSRC.relative_to(ROOT))
               if p.stem.removesuffix(f"_{ladder.LADDER}") not in others]
-    packages = root / "losslab" / "problems"
+    package = root / "losslab" if (root / "losslab").is_dir() else root  # an installed wheel's root is the package
+    packages = package / "problems"
     files += [p for p in _files(packages) if p.suffix == ".py" and p.relative_to(packages).parts[0] not in others]
-    files += [p for p in _files(root / "losslab" / "nn") if p.suffix == ".py"]
-    files += [root / "losslab" / "ops.py", root / "losslab" / "variants.py", *(root / b for b in builders)]
+    files += [p for p in _files(package / "nn") if p.suffix == ".py"]
+    files += [package / "ops.py", package / "variants.py", *(root / b for b in builders)]
     return sorted(set(files))
 
 
