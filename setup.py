@@ -9,8 +9,12 @@ import sys
 from pathlib import Path
 
 from setuptools import Distribution, setup
-from setuptools.command.bdist_wheel import bdist_wheel
 from setuptools.command.build_py import build_py
+
+try:
+    from setuptools.command.bdist_wheel import bdist_wheel
+except ImportError:  # setuptools before 70.1: the wheel package's
+    from wheel.bdist_wheel import bdist_wheel
 
 ROOT = Path(__file__).resolve().parent
 DATA = ("kernels", "exercises", "pitfalls")

@@ -25,7 +25,7 @@ NVCC_FLAGS = ("-O3", "-std=c++17", "-lineinfo")
 # PTX that the driver compiles for newer GPUs at load.
 GENCODE = ("-gencode=arch=compute_80,code=sm_80", "-gencode=arch=compute_90,code=sm_90",
            "-gencode=arch=compute_90,code=compute_90")
-SHIM = "{}_prebuilt.cpp"  # csrc/<loss>_prebuilt.cpp: a loss's entry points (c_abi.h)
+SHIM_SUFFIX = "_prebuilt"  # csrc/<loss>_prebuilt.cpp: a loss's entry points (c_abi.h)
 
 
 def library_path(problem: str) -> Path:
@@ -35,11 +35,15 @@ def library_path(problem: str) -> Path:
 
 def problems(csrc: Path) -> tuple[str, ...]:
     """The losses with a prebuilt library: those with a ``csrc/<loss>_prebuilt.cpp``."""
-    return tuple(sorted(p.name.removesuffix(SHIM.format("")) for p in csrc.glob(SHIM.format("*"))))
+    return tuple(sorted(p.stem.removesuffix(SHIM_SUFFIX) for p in csrc.glob(f"*{SHIM_SUFFIX}.cpp")))
+
+
+def _shim(problem: str, csrc: Path) -> Path:
+    return csrc / f"{problem}{SHIM_SUFFIX}.cpp"
 
 
 def _compiled(problem: str, kernels: Path, csrc: Path) -> list[Path]:
-    return [csrc / SHIM.format(problem), *sorted((kernels / "common").glob("*.cu")),
+    return [_shim(problem, csrc), *sorted((kernels / "common").glob("*.cu")),
             *sorted((kernels / problem).glob("*.cu"))]
 
 
@@ -49,7 +53,7 @@ def sources_digest(problem: str, kernels: Path, csrc: Path) -> str:
     and the loss's shim, and the compiler flags."""
     named = sorted((f"kernels/{folder}/{p.name}", p) for folder in ("common", problem)
                    for p in (kernels / folder).iterdir() if p.is_file())
-    named += [(f"csrc/{name}", csrc / name) for name in ("c_abi.h", SHIM.format(problem))]
+    named += [(f"csrc/{p.name}", p) for p in (csrc / "c_abi.h", _shim(problem, csrc))]
     digest = hashlib.sha256(" ".join((*NVCC_FLAGS, *GENCODE)).encode())
     for name, path in named:
         digest.update(f"\0{name}\0".encode() + path.read_bytes())

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from losslab import build, problems
-from losslab.build import KERNELS, ROOT, ladder
+from losslab.build import KERNELS, ROOT, ladder, prebuilt
 
 
 def _files(folder: Path) -> list[Path]:
@@ -33,7 +33,7 @@ def measured_sources(problem: str, root: Path | None = None) -> list[Path]:
                 for f in (build.load_extension, ladder.load_ladder)}
     files = [*_files(kernels / "common"), *_files(kernels / problem), *_files(kernels / "ceilings")]
     files += [p for p in _files(root / build.CSRC.relative_to(ROOT))
-              if p.stem.removesuffix(f"_{ladder.LADDER}") not in others]
+              if p.stem.removesuffix(f"_{ladder.LADDER}").removesuffix(prebuilt.SHIM_SUFFIX) not in others]
     package = root / "losslab" if (root / "losslab").is_dir() else root  # an installed wheel's root is the package
     packages = package / "problems"
     files += [p for p in _files(packages) if p.suffix == ".py" and p.relative_to(packages).parts[0] not in others]
