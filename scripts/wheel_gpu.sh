@@ -31,6 +31,10 @@ fi
 echo "== installing $WHEEL into a fresh venv (--system-site-packages, --no-deps)"
 $PY -m venv --system-site-packages --without-pip "$WORK/venv"
 VPY=$WORK/venv/bin/python
+if ! "$VPY" -c "import torch" 2> /dev/null; then  # $PY is itself a venv's: see its packages as a system's
+    $PY -c "import sys; print('\n'.join(p for p in sys.path if p.endswith('site-packages')))" \
+        > "$("$VPY" -c "import sysconfig; print(sysconfig.get_path('purelib'))")/outer.pth"
+fi
 $PY -m pip --python "$VPY" install -q --no-deps "$WHEEL" > "$OUT/install.log" 2>&1 \
     || "$VPY" -m pip install -q --no-deps "$WHEEL" >> "$OUT/install.log" 2>&1 || { cat "$OUT/install.log"; exit 1; }
 NO_NVCC_PATH=$(tr ':' '\n' <<< "$PATH" | while read -r d; do [ -x "$d/nvcc" ] || printf '%s:' "$d"; done)
