@@ -121,12 +121,18 @@ def test_each_library_holds_sass_for_sm80_and_sm90_and_ptx(wheel, problem, tmp_p
     assert ptx.count(".sm_90.ptx") == elves.count(".sm_90.cubin")
 
 
+# The operators registered once losslab.nn is imported, as JSON (in a fresh process: tests add their own).
+OPERATORS = """
+import json, torch, losslab.nn
+print(json.dumps(sorted(n for n in torch._C._dispatch_get_all_op_names() if n.startswith("losslab::"))))
+"""
 CHECK = """
-import json, shutil, sys
+import json, shutil, torch
 import losslab, losslab.nn
 from losslab import build, problems
 from losslab.build import prebuilt
-found = {"file": losslab.__file__, "kernels": str(build.KERNELS), "nvcc": shutil.which("nvcc"), "losses": {}}
+found = {"file": losslab.__file__, "kernels": str(build.KERNELS), "nvcc": shutil.which("nvcc"), "losses": {},
+         "operators": sorted(n for n in torch._C._dispatch_get_all_op_names() if n.startswith("losslab::"))}
 for problem in prebuilt.problems(build.CSRC):
     ext = build.load_extension(problem)
     rung = problems.get(problem).rungs[0]
@@ -151,6 +157,8 @@ def test_the_installed_wheel_serves_the_prebuilt_kernels_without_nvcc(installed)
     venv = python.parents[1]
     assert Path(found["file"]).is_relative_to(venv) and Path(found["kernels"]).is_relative_to(venv)
     assert found["nvcc"] is None and "building" not in done.stderr
+    checkout = subprocess.run([sys.executable, "-c", OPERATORS], capture_output=True, text=True, cwd=REPO, check=True)
+    assert found["operators"] == json.loads(checkout.stdout) and len(found["operators"]) > 20
     for problem in LOSSES:
         loss = found["losses"][problem]
         assert loss["type"] == "Library"
