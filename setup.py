@@ -1,7 +1,7 @@
 """The wheel's build step (the metadata is pyproject.toml's): beside the package, the sources it
 reads (kernels/, exercises/, pitfalls/ as losslab/<folder>/) and each loss's operator kernels
-prebuilt with nvcc (losslab/build/prebuilt.py; set LOSSLAB_PREBUILT=0 to leave them out, and
-LOSSLAB_NVCC_JOBS to bound the parallel nvcc processes). An editable install builds nothing."""
+prebuilt with nvcc ($CUDA_HOME/bin/nvcc, else PATH's; losslab/build/prebuilt.py). LOSSLAB_PREBUILT=0
+leaves them out, LOSSLAB_NVCC_JOBS bounds the parallel nvcc processes. An editable install builds nothing."""
 import importlib.util
 import os
 import shutil
@@ -38,8 +38,10 @@ class BuildPy(build_py):
                             ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         if os.environ.get("LOSSLAB_PREBUILT", "1") != "0":
             jobs = int(os.environ["LOSSLAB_NVCC_JOBS"]) if os.environ.get("LOSSLAB_NVCC_JOBS") else None
+            cuda_home = os.environ.get("CUDA_HOME")
+            nvcc = str(Path(cuda_home) / "bin" / "nvcc") if cuda_home else "nvcc"
             _prebuilt().compile_libraries(package / "_prebuilt", ROOT / "kernels", ROOT / "losslab" / "build" / "csrc",
-                                          jobs=jobs)
+                                          nvcc, jobs)
 
 
 class PlatformDistribution(Distribution):
