@@ -3,7 +3,8 @@
 ``extension``: build a problem's kernels and binding into a Python extension
 (``load_extension``), the default launch configuration or another (``knobs``: the knobs each
 rung file declares, checked, as compiler defines). ``sass``: compile one kernel file to a cubin and read its
-resources and SASS (``compile_cubin``, ``resource_usage``, ``disassemble``).
+resources and SASS (``compile_cubin``, ``resource_usage``, ``disassemble``). ``prebuilt``: the
+wheel's prebuilt kernels, which ``load_extension`` serves where built from these sources.
 """
 from losslab.build import knobs
 from losslab.build.extension import (

@@ -6,7 +6,8 @@ extension with ``torch.utils.cpp_extension`` (ninja: cached, incremental). The
 binding includes no torch headers: it binds each launcher of
 ``kernels/<problem>/launchers.h`` through ``csrc/bind.h``. ``defines`` builds another launch
 configuration (``knobs``: ``-DLOSSLAB_<PROBLEM>_<RUNG>_<KNOB>=<value>``) as its own extension,
-``losslab_<problem>_<hash of the flags>``, cached by those flags beside the default one.
+``losslab_<problem>_<hash of the flags>``, cached by those flags beside the default one. The
+default build comes prebuilt in a wheel (``prebuilt``): loaded instead where built from these sources.
 """
 from __future__ import annotations
 
@@ -19,12 +20,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from losslab.build import knobs
+from losslab.build import knobs, prebuilt
 
 KERNELS = knobs.KERNELS
 ROOT = KERNELS.parent
 CSRC = Path(__file__).resolve().parent / "csrc"
-NVCC_FLAGS = ("-O3", "-std=c++17", "-lineinfo")
+NVCC_FLAGS = prebuilt.NVCC_FLAGS
 DEFAULT_ARCHS = ("8.0", "9.0")  # A100 and H100/H200, when no GPU says which
 
 
@@ -139,7 +140,9 @@ def compile_error_line(output: str) -> str | None:
 
 @functools.cache
 def load_extension(problem: str, verbose: bool = False, defines: tuple[tuple[str, int], ...] = ()):
-    """Build (if needed) and import the extension of ``problem``'s kernels.
+    """Build (if needed) and import the extension of ``problem``'s kernels; the default build
+    (no ``defines``) is the wheel's prebuilt library where it holds one built from these sources
+    (:func:`losslab.build.prebuilt.load`: no compiler, no wait).
 
     The first build takes about a minute (less with a warm cache); later calls in
     any process reuse the build unless a source changed. Set $TORCH_EXTENSIONS_DIR
@@ -154,6 +157,10 @@ def load_extension(problem: str, verbose: bool = False, defines: tuple[tuple[str
         BuildError: torch has no CUDA support, nvcc is missing, or compilation failed (a
             failed ``static_assert`` of a knob as one line naming it).
     """
+    if not defines:
+        library = prebuilt.load(problem, KERNELS, CSRC)
+        if library is not None:
+            return library
     name, flags = extension_name(problem, defines), define_flags(problem, defines)
     what = f"the {problem} kernels" + (f" with {' '.join(flags)}" if flags else "")
     return build(name, what, sources(problem), flags, verbose)

@@ -12,7 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-KERNELS = Path(__file__).resolve().parents[2] / "kernels"  # the kernel sources (also ``extension.KERNELS``)
+# The kernel sources (also ``extension.KERNELS``): losslab/kernels/ in an installed wheel, else the checkout's.
+_PACKAGE = Path(__file__).resolve().parents[1]
+KERNELS = _PACKAGE / "kernels" if (_PACKAGE / "kernels").is_dir() else _PACKAGE.parent / "kernels"
 _DECLARATION = re.compile(r"^#ifndef (LOSSLAB_\w+)\n#define \1 (\d+)\s*//\s*(.+?):\s*([\d ]+)$", re.MULTILINE)
 
 

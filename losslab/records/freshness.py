@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from losslab import build, problems
-from losslab.build import KERNELS, ROOT, ladder
+from losslab.build import KERNELS, ROOT, ladder, prebuilt
 
 # bindings of extensions that no record section measures (losslab.distributed's kernels)
 UNRECORDED_BINDINGS = frozenset({"vocab_parallel"})
@@ -35,12 +35,14 @@ def measured_sources(problem: str, root: Path | None = None) -> list[Path]:
     builders = {Path(inspect.getsourcefile(inspect.unwrap(f))).resolve().relative_to(ROOT)
                 for f in (build.load_extension, ladder.load_ladder)}
     files = [*_files(kernels / "common"), *_files(kernels / problem), *_files(kernels / "ceilings")]
+    unmeasured = others | UNRECORDED_BINDINGS
     files += [p for p in _files(root / build.CSRC.relative_to(ROOT))
-              if p.stem.removesuffix(f"_{ladder.LADDER}") not in others | UNRECORDED_BINDINGS]
-    packages = root / "losslab" / "problems"
+              if p.stem.removesuffix(f"_{ladder.LADDER}").removesuffix(prebuilt.SHIM_SUFFIX) not in unmeasured]
+    package = root / "losslab" if (root / "losslab").is_dir() else root  # an installed wheel's root is the package
+    packages = package / "problems"
     files += [p for p in _files(packages) if p.suffix == ".py" and p.relative_to(packages).parts[0] not in others]
-    files += [p for p in _files(root / "losslab" / "nn") if p.suffix == ".py"]
-    files += [root / "losslab" / "ops.py", root / "losslab" / "variants.py", *(root / b for b in builders)]
+    files += [p for p in _files(package / "nn") if p.suffix == ".py"]
+    files += [package / "ops.py", package / "variants.py", *(root / b for b in builders)]
     return sorted(set(files))
 
 

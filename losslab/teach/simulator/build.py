@@ -17,10 +17,10 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from losslab.build.knobs import KERNELS
 from losslab.build.ladder import support_sources
 
 HERE = Path(__file__).resolve().parent
-KERNELS = HERE.parents[2] / "kernels"
 CXX = os.environ.get("CXX_SIM", "g++")
 FLAGS = ("-std=c++17", "-O0", "-g", "-w", "-ffp-contract=off", "-fno-omit-frame-pointer",
          "-fsanitize=address,undefined", "-fno-sanitize-recover=all")

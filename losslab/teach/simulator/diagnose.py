@@ -18,7 +18,7 @@ from losslab.teach.simulator import build
 from losslab.teach.simulator import cases as case_lib
 from losslab.teach.simulator import run as run_lib
 
-EXERCISES_ROOT = build.HERE.parents[2] / "exercises"
+EXERCISES_ROOT = build.KERNELS.parent / "exercises"  # the checkout's, or the wheel's losslab/exercises/
 
 
 @dataclass(frozen=True)
