@@ -44,8 +44,9 @@ def solution_file(solution_path: str | os.PathLike) -> Path:
     return path
 
 
-def output_file(json_path: str | os.PathLike) -> Path:
-    """``json_path`` as an absolute path that a file can be written to (checked before any work).
+def output_file(json_path: str | os.PathLike, argument: str = "json_path") -> Path:
+    """``json_path`` as an absolute path that a file can be written to (checked before any work);
+    ``argument`` names it in the errors.
 
     Raises:
         FileNotFoundError: its folder does not exist.
@@ -53,13 +54,13 @@ def output_file(json_path: str | os.PathLike) -> Path:
     """
     path = Path(json_path).expanduser().resolve()
     if path.is_dir():
-        raise ValueError(f"json_path: {path} is a directory; expected a file name")
+        raise ValueError(f"{argument}: {path} is a directory; expected a file name")
     if not path.parent.is_dir():
-        raise FileNotFoundError(f"json_path: the folder {path.parent} does not exist")
+        raise FileNotFoundError(f"{argument}: the folder {path.parent} does not exist")
     if path.exists() and not os.access(path, os.W_OK):
-        raise ValueError(f"json_path: {path} is not writable")
+        raise ValueError(f"{argument}: {path} is not writable")
     if not path.exists() and not os.access(path.parent, os.W_OK):
-        raise ValueError(f"json_path: cannot create a file in {path.parent} (not writable)")
+        raise ValueError(f"{argument}: cannot create a file in {path.parent} (not writable)")
     return path
 
 
@@ -130,7 +131,7 @@ def evaluate(solution_path: str | os.PathLike, problem: str, *, size: str | tupl
              dtype: str = "float32", trials: int = 5, repeats: int = 20, seed: int | None = None,
              timeout_s: float = 600.0, compare_compile: bool = True, min_speedup: float | None = None,
              build_dir: str | os.PathLike | None = None, device: str = "cuda",
-             json_path: str | os.PathLike | None = None) -> Verdict:
+             json_path: str | os.PathLike | None = None, timed: bool = True) -> Verdict:
     """Judge ``solution_path``'s ``ModelNew`` against ``problem``'s reference, in a child process.
 
     SECURITY: evaluating a solution RUNS ITS CODE (its Python at import, its C++/CUDA at build
@@ -209,6 +210,8 @@ def evaluate(solution_path: str | os.PathLike, problem: str, *, size: str | tupl
             the tampering check on CPU tensors, with no memory or timing (for testing the
             evaluator itself and Python-only solutions; a CUDA solution fails there).
         json_path: if given, the verdict is also written there as JSON.
+        timed: False stops after stages 1-4 on the GPU too (no memory, no timing; ``passed``
+            then means correct): the pass that ``folder.evaluate_folder`` runs in parallel.
 
     Returns a Verdict; never raises for anything the solution does, and never hangs past
     ``timeout_s`` (plus a few seconds to end the child).
@@ -228,7 +231,7 @@ def evaluate(solution_path: str | os.PathLike, problem: str, *, size: str | tupl
                           f"CUDA build: {torch.version.cuda or 'no'}); nothing was run")
     else:
         start = time.monotonic()
-        plan = Plan(problem, shape, getattr(torch, dtype), device, trials, repeats, seed, compare_compile)
+        plan = Plan(problem, shape, getattr(torch, dtype), device, trials, repeats, seed, compare_compile, timed)
         with tempfile.TemporaryDirectory(prefix="losslab-evaluate-") as tmp:
             work = Path(tmp)
             build = Path(build_dir).resolve() if build_dir else work / "torch_extensions"

@@ -68,6 +68,7 @@ class Plan:
     repeats: int
     seed: int | None
     compare_compile: bool
+    timed: bool = True  # False: stop after the checks (no memory, no timing)
 
     @property
     def spec(self) -> problems.Problem:
@@ -294,7 +295,7 @@ def _judge(child: Child, plan: Plan, result: dict, replies_fd: int) -> list[int]
         _backward(child, plan, result)
     _repeatability(child, plan, result)
     child.ask("repeatability", "tampered", when="after the correctness checks")
-    if plan.device != "cuda":  # the CPU dry run measures nothing
+    if plan.device != "cuda" or not plan.timed:  # the CPU dry run, and a correctness pass, measure nothing
         return []
     header, _ = child.ask("memory", "memory", seed=plan.seed_for(0), kind="random")
     result["memory"] = {"solution_bytes": _field(header, "bytes", int)}
