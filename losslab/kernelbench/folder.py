@@ -19,6 +19,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
 from losslab import problems
 from losslab.kernelbench.evaluate import check_arguments, evaluate, output_file
 from losslab.kernelbench.verdict import Verdict
@@ -267,6 +269,7 @@ def evaluate_folder(folder: str | os.PathLike, problem: str | None = None, probl
         with ThreadPoolExecutor(max_workers=jobs) as pool:
             verdicts = list(pool.map(lambda i: grade(i, False), range(len(found))))
         if device == "cuda":
+            torch.cuda.empty_cache()  # the parallel pass's references: memory the timed answers can use
             verdicts = [grade(i, True) if v.passed else v for i, v in enumerate(verdicts)]
     graded = [Graded(path.name, verdict) for (path, _), verdict in zip(found, verdicts, strict=True)]
     report = FolderReport(str(Path(folder)), graded)
