@@ -158,15 +158,6 @@ def _knob_setting(text: str) -> tuple[str, dict[str, int]]:
     return rung.strip(), values
 
 
-def _existing_file(text: str) -> Path:
-    path = Path(text)
-    if path.is_dir():
-        raise argparse.ArgumentTypeError(f"expected a file, got the directory {text!r}")
-    if not path.is_file():
-        raise argparse.ArgumentTypeError(f"expected an existing file, got {text!r} (no such file)")
-    return path
-
-
 def _output_file(text: str) -> Path:
     """A path a file can be written to: its folder exists, and it is not a folder or a read-only file."""
     path = Path(text)
