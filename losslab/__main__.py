@@ -558,7 +558,7 @@ def _evaluate_folder(args) -> int:
     report = folder.evaluate_folder(args.solution, args.problem, problem_map, jobs=args.jobs, json_path=args.json,
                                     html_path=args.html, size=args.size, dtype=args.dtype, trials=args.trials,
                                     repeats=args.repeats, timeout_s=args.timeout, compare_compile=not args.no_compile,
-                                    min_speedup=args.min_speedup)
+                                    min_speedup=args.min_speedup, progress=lambda line: print(line, file=sys.stderr))
     print(report.format())
     return 0 if all(g.verdict.passed for g in report.graded) else 1
 

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import ast
 import html
+import inspect
 import json
 import os
 import re
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -176,9 +177,10 @@ class Graded:
         return 100.0 * timing["floor_ms"] / timing["solution_ms"]
 
     def row(self) -> dict:
+        """The table's row, and the whole verdict under "verdict"."""
         return {"answer": self.answer, "problem": self.verdict.problem, "status": self.verdict.status,
                 "speedup_eager": self.speedup, "speed_of_light_pct": self.speed_of_light_pct,
-                "message": self.verdict.message}
+                "message": self.verdict.message, "verdict": self.verdict.as_dict()}
 
 
 @dataclass
@@ -194,8 +196,7 @@ class FolderReport:
         return {f"{p:g}": fast_p(results, p) for p in FAST_P}
 
     def as_dict(self) -> dict:
-        return {"folder": self.folder, "fast_p": self.fast_p(), "answers": [g.row() for g in self.graded],
-                "verdicts": [g.verdict.as_dict() for g in self.graded]}
+        return {"folder": self.folder, "fast_p": self.fast_p(), "answers": [g.row() for g in self.graded]}
 
     def _cells(self) -> list[list[str]]:
         return [[g.answer, g.verdict.problem, g.verdict.status,
@@ -219,19 +220,23 @@ class FolderReport:
         return "\n".join([*(line.rstrip() for line in lines), "", self.summary()])
 
     def html(self) -> str:
-        """A standalone HTML page: the table, then fast_p."""
+        """A standalone HTML page: the table, fast_p, then each answer's full report (folded)."""
         head = ["answer", "problem", "verdict", "speedup over eager", "% of the speed of light", "why"]
         body = [[*map(html.escape, row[:-1]), f'<div style="text-align:left">{html.escape(row[-1])}</div>']
                 for row in self._cells()]
         title = html.escape(f"KernelBench answers in {self.folder}")
         return (f'<!doctype html>\n<html><head><meta charset="utf-8"><title>{title}</title></head><body>\n'
                 f"<h1>{title}</h1>\n{table(head, body, text_columns=3)}\n"
-                f"<p>{html.escape(self.summary())}</p>\n</body></html>\n")
+                f"<p>{html.escape(self.summary())}</p>\n"
+                + "".join(f"<details><summary>{html.escape(g.answer)}: {html.escape(g.verdict.status)}</summary>"
+                          f"<pre>{html.escape(g.verdict.format())}</pre></details>\n" for g in self.graded)
+                + "</body></html>\n")
 
 
 def evaluate_folder(folder: str | os.PathLike, problem: str | None = None, problem_map: dict[str, str] | None = None,
                     *, jobs: int = JOBS, json_path: str | os.PathLike | None = None,
-                    html_path: str | os.PathLike | None = None, device: str = "cuda", **options) -> FolderReport:
+                    html_path: str | os.PathLike | None = None, device: str = "cuda",
+                    progress: Callable[[str], None] | None = None, **options) -> FolderReport:
     """Grade every ``*.py`` answer of ``folder`` (problems as :func:`answers` finds them).
 
     First every answer's checks (load, correctness, backward, repeatability, tampering) run,
@@ -247,24 +252,34 @@ def evaluate_folder(folder: str | os.PathLike, problem: str | None = None, probl
         options: passed to ``evaluate`` for every answer (size, dtype, trials, repeats, seed,
             timeout_s (per answer), compare_compile, min_speedup).
         json_path, html_path: if given, the report is also written there (JSON, HTML page).
+        progress: called with one line as each answer's verdict comes (e.g. print to stderr).
 
     Raises (before anything is run): FileNotFoundError and ValueError of :func:`answers`, of
-    ``evaluate``'s options for any answer's problem, a bad ``json_path``/``html_path``, or ``jobs`` < 1.
+    ``evaluate``'s options for any answer's problem, a bad ``json_path``/``html_path``, or ``jobs`` < 1;
+    TypeError for an option ``evaluate`` does not take.
     """
     if not (isinstance(jobs, int) and jobs >= 1):
         raise ValueError(f"jobs: expected a positive whole number, got {jobs!r}")
     found = answers(folder, problem, problem_map)
     outputs = [output_file(p, name) if p is not None else None for p, name in ((json_path, "json_path"),
                                                                              (html_path, "html_path"))]
-    checked = {k: options[k] for k in ("size", "dtype", "trials", "repeats") if k in options}
-    defaults = dict(size="seed", dtype="float32", trials=5, repeats=20)
+    parameters = inspect.signature(evaluate).parameters
+    unknown = sorted(set(options) - set(parameters) | set(options) & {"solution_path", "problem", "build_dir",
+                                                                       "json_path", "timed"})
+    if unknown:
+        raise TypeError(f"options: evaluate_folder passes no {', '.join(unknown)} to evaluate")
+    settings = {**{k: p.default for k, p in parameters.items() if p.default is not p.empty}, **options}
     for name in {name for _, name in found}:
-        check_arguments(name, **{**defaults, **checked}, timeout_s=options.get("timeout_s", 600.0), device=device,
-                        min_speedup=options.get("min_speedup"))
+        check_arguments(name, settings["size"], settings["dtype"], settings["trials"], settings["repeats"],
+                        settings["timeout_s"], device, settings["min_speedup"])
     with tempfile.TemporaryDirectory(prefix="losslab-evaluate-folder-") as tmp:
         def grade(index: int, timed: bool) -> Verdict:
             path, name = found[index]
-            return evaluate(path, name, device=device, timed=timed, build_dir=Path(tmp) / str(index), **options)
+            verdict = evaluate(path, name, device=device, timed=timed, build_dir=Path(tmp) / str(index), **options)
+            if progress is not None:
+                later = not timed and verdict.passed and device == "cuda"
+                progress(f"{path.name}: {verdict.status}" + (" (correct; timed later, one at a time)" if later else ""))
+            return verdict
 
         with ThreadPoolExecutor(max_workers=jobs) as pool:
             verdicts = list(pool.map(lambda i: grade(i, False), range(len(found))))
