@@ -36,8 +36,8 @@ PROBLEM_COMMENT = re.compile(r"^#\s*problem:\s*(\S+)", re.MULTILINE)
 def fast_p(results: Sequence[tuple[bool, float | None]], p: float) -> float | None:
     """KernelBench's fast_p: the fraction of ALL answers that are correct and whose speedup over
     the reference (PyTorch eager) is greater than ``p`` (Ouyang et al., "KernelBench", arXiv
-    2502.10517, section 3; ``fastp`` in KernelBench's scripts/benchmark_eval_analysis.py). fast_0
-    is the fraction correct.
+    2502.10517; ``fastp`` in KernelBench's src/score.py: correct answers with speedup > p, over
+    all n). fast_0 is the fraction correct.
 
     Args:
         results: one (correct, speedup over eager or None where it was not timed) per answer.
@@ -214,10 +214,13 @@ class FolderReport:
         head = ["answer", "problem", "verdict", "speedup", "% speed of light", "why"]
         rows = [head, *self._cells()]
         widths = [max(len(r[i]) for r in rows) for i in range(len(head) - 1)]
-        lines = ["  ".join([*(c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(r[:-1], widths,
-                                                                                              strict=True))), r[-1]])
-                 for r in rows]
-        return "\n".join([*(line.rstrip() for line in lines), "", self.summary()])
+
+        def line(cells: list[str]) -> str:  # text columns left-aligned, numbers right, "why" as it comes
+            padded = [c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(cells[:-1], widths,
+                                                                                          strict=True))]
+            return "  ".join([*padded, cells[-1]]).rstrip()
+
+        return "\n".join([*map(line, rows), "", self.summary()])
 
     def html(self) -> str:
         """A standalone HTML page: the table, fast_p, then each answer's full report (folded)."""
