@@ -158,15 +158,6 @@ def _knob_setting(text: str) -> tuple[str, dict[str, int]]:
     return rung.strip(), values
 
 
-def _existing_file(text: str) -> Path:
-    path = Path(text)
-    if path.is_dir():
-        raise argparse.ArgumentTypeError(f"expected a file, got the directory {text!r}")
-    if not path.is_file():
-        raise argparse.ArgumentTypeError(f"expected an existing file, got {text!r} (no such file)")
-    return path
-
-
 def _output_file(text: str) -> Path:
     """A path a file can be written to: its folder exists, and it is not a folder or a read-only file."""
     path = Path(text)
@@ -527,6 +518,14 @@ def cmd_export(args) -> int:
 def cmd_evaluate(args) -> int:
     from losslab.kernelbench.evaluate import evaluate, solution_file
 
+    if not args.solution.exists():
+        raise UsageError("solution", f"expected an existing file or folder, got {str(args.solution)!r} (no such file)")
+    if args.solution.is_dir():
+        return _evaluate_folder(args)
+    if args.problem is None:
+        raise UsageError("--problem", "expected a problem name for an answer file (python -m losslab list)")
+    if args.problems or args.html:
+        raise UsageError("--problems" if args.problems else "--html", "expected a folder of answers, not one file")
     try:
         solution_file(args.solution)
     except (OSError, ValueError) as err:
@@ -540,6 +539,28 @@ def cmd_evaluate(args) -> int:
     if args.json:
         args.json.write_text(json.dumps(verdict.as_dict(), indent=1))
     return 0 if verdict.passed else 1
+
+
+def _evaluate_folder(args) -> int:
+    """``evaluate DIR``: every answer of the folder, one table and fast_p; 0 if every answer passed."""
+    from losslab.kernelbench import folder
+
+    try:
+        problem_map = folder.read_problem_map(args.problems) if args.problems else None
+        found = folder.answers(args.solution, args.problem, problem_map)
+    except (OSError, ValueError) as err:
+        argument, _, expected = str(err).partition(": ")
+        if argument in ("problems", "problem"):  # the map file, or a problem it names
+            raise UsageError("--problems", expected) from None
+        raise UsageError("solution", expected if argument == "folder" else str(err)) from None
+    for name in sorted({name for _, name in found}):
+        _check_memory(name, _shape_for(name, args.size), [args.dtype])
+    report = folder.evaluate_folder(args.solution, args.problem, problem_map, jobs=args.jobs, json_path=args.json,
+                                    html_path=args.html, size=args.size, dtype=args.dtype, trials=args.trials,
+                                    repeats=args.repeats, timeout_s=args.timeout, compare_compile=not args.no_compile,
+                                    min_speedup=args.min_speedup, progress=lambda line: print(line, file=sys.stderr))
+    print(report.format())
+    return 0 if all(g.verdict.passed for g in report.graded) else 1
 
 
 def cmd_pitfalls(args) -> int:
@@ -687,10 +708,16 @@ def _add_solution_commands(sub) -> None:
     export.add_argument("--output", "-o", type=_output_file, default=None, help="write to this file instead of stdout")
     export.set_defaults(fn=cmd_export)
 
-    evaluate = sub.add_parser("evaluate", help="judge a ModelNew solution file in a child process "
-                              "(GPU; this RUNS the file's code)")
-    evaluate.add_argument("solution", type=_existing_file, help="a Python file defining class ModelNew")
-    evaluate.add_argument("--problem", required=True, type=_problem)
+    evaluate = sub.add_parser("evaluate", help="judge a ModelNew solution file, or every .py answer of a folder, in "
+                              "child processes (GPU; this RUNS the files' code)")
+    evaluate.add_argument("solution", type=Path, help="a Python file defining class ModelNew, or a folder of them")
+    evaluate.add_argument("--problem", type=_problem, help="the problem (required for a file; for a folder, of "
+                          "every answer whose problem --problems does not give)")
+    evaluate.add_argument("--problems", type=Path, help="a folder's answers: a JSON file of answer file name -> "
+                          "problem (else each file's '# problem: NAME' line, PROBLEM = ..., or KernelBench's name)")
+    evaluate.add_argument("--jobs", type=_positive_int, default=4, help="a folder's answers checked at once "
+                          "(timing is one at a time; default: 4)")
+    evaluate.add_argument("--html", type=_output_file, help="a folder: also write the table as an HTML page")
     evaluate.add_argument("--size", type=_size, default="seed", help=f"{SIZE_HELP} (default: seed)")
     evaluate.add_argument("--dtype", default="float32", choices=records.DTYPES)
     evaluate.add_argument("--trials", type=_positive_int, default=5, help="correctness trials on fresh seeded inputs")

@@ -472,22 +472,14 @@ def test_no_module_outside_a_loss_package_names_a_loss():
                       "object, or move the code into the loss's package:\n" + "\n".join(found)
 
 
-# Modules the docstring rule does not hold yet (issue 24), each with why it was left: the next session
-# that may edit them shortens their docstrings and empties this.
-IN_PROGRESS = "another engineer was editing losslab/kernelbench/ when the rule came in"
-DOCSTRINGS_NOT_YET_SHORT = {
-    "losslab/kernelbench/child.py": IN_PROGRESS,
-    "losslab/kernelbench/evaluate.py": IN_PROGRESS,
-    "losslab/kernelbench/export.py": IN_PROGRESS,
-    "losslab/kernelbench/solution_template.py": IN_PROGRESS,
-    "losslab/kernelbench/supervisor.py": IN_PROGRESS,
-    "losslab/kernelbench/verdict.py": IN_PROGRESS,
-}
+# Modules the docstring rule does not hold yet, each with why it was left: the next session that may
+# edit them shortens their docstrings and empties this (the last ones, losslab/kernelbench/, followed it).
+DOCSTRINGS_NOT_YET_SHORT: dict[str, str] = {}
 
 
 def test_module_docstrings_are_short_and_long_modules_say_why():
     found = module_docstring_problems(PACKAGE)
-    assert len(package_modules(PACKAGE)) > 50 and any("losslab/kernelbench/evaluate.py:" in f for f in found)  # reads
+    assert len(package_modules(PACKAGE)) > 50  # reads the package (the broken copy below shows it finds each problem)
     new = [f for f in found if f.split(":")[0] not in DOCSTRINGS_NOT_YET_SHORT]
     assert not new, "module docstrings (docs/architecture.md, Folders and modules):\n" + "\n".join(new)
     done = [path for path in DOCSTRINGS_NOT_YET_SHORT if not any(f.startswith(f"{path}:") for f in found)]

@@ -1,4 +1,4 @@
-"""The evaluator's child process, piece by piece (losslab.kernelbench.child), and what it talks
+"""The evaluator's child process, piece by piece (losslab.kernelbench.child, clocks, failures), and what it talks
 through (``channel``) and runs under (``supervisor``).
 
 cpu tier: what a verbose build prints is captured, the first compiler error is found in
@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from losslab import problems
-from losslab.kernelbench import channel, child, supervisor
+from losslab.kernelbench import channel, child, clocks, failures, supervisor
 
 # nvcc's and ninja's output for a missing semicolon, as load_inline(verbose=True) prints it
 # (recorded from CUDA 13.0, paths shortened; the command lines are cut)
@@ -45,8 +45,8 @@ ninja: build stopped: subcommand failed.
 
 def test_capture_stdout_takes_what_a_subprocess_writes_to_descriptor_1(capfd):
     """load_inline(verbose=True) runs ninja with stdout=1: the text never reaches sys.stdout."""
-    captured = child.Captured()
-    with child.capture_stdout(captured):
+    captured = failures.Captured()
+    with failures.capture_stdout(captured):
         subprocess.run([sys.executable, "-c", "print('from ninja')"], stdout=1, check=True)
         os.write(1, b"from this process\n")
     assert "from ninja" in captured.text and "from this process" in captured.text
@@ -54,8 +54,8 @@ def test_capture_stdout_takes_what_a_subprocess_writes_to_descriptor_1(capfd):
 
 
 def test_capture_stdout_fills_in_even_when_the_block_raises():
-    captured = child.Captured()
-    with pytest.raises(RuntimeError), child.capture_stdout(captured):
+    captured = failures.Captured()
+    with pytest.raises(RuntimeError), failures.capture_stdout(captured):
         subprocess.run([sys.executable, "-c", "print('compiler says no')"], stdout=1, check=True)
         raise RuntimeError("Error building extension 'kl_div'")
     assert "compiler says no" in captured.text
@@ -66,23 +66,23 @@ def test_capture_stdout_fills_in_even_when_the_block_raises():
     (GCC_LOG, "main.cpp:4:1: error: 'tensor' does not name a type", "tensor f(torch::Tensor x);"),
 ])
 def test_compiler_error_is_the_first_diagnostic_with_its_line(log, message, code):
-    found, detail = child.compiler_error(log + "\nError building extension 'kl_div'")
+    found, detail = failures.compiler_error(log + "\nError building extension 'kl_div'")
     assert found.startswith(message) and code in found, found
     assert "-DTORCH_EXTENSION_NAME" not in detail and "/tmp/ext" not in found
 
 
 def test_the_error_is_placed_in_the_solution_file():
     solution = 'import torch\nCUDA = r"""\n__global__\n    void k(float* x) { x[0] = 1.0f }\n"""\n'
-    message, _ = child.compiler_error(NVCC_LOG, solution)
+    message, _ = failures.compiler_error(NVCC_LOG, solution)
     assert message.endswith("(at: void k(float* x) { x[0] = 1.0f }) [line 4 of the solution file]"), message
-    message, _ = child.compiler_error(NVCC_LOG, solution + solution)  # twice: no line is claimed
+    message, _ = failures.compiler_error(NVCC_LOG, solution + solution)  # twice: no line is claimed
     assert "solution file" not in message
 
 
 def test_a_build_failure_without_the_log_is_still_a_compile_error():
-    stop = child.failure("load", RuntimeError("Error building extension 'kl_div'"), NVCC_LOG)
+    stop = failures.failure("load", RuntimeError("Error building extension 'kl_div'"), NVCC_LOG)
     assert stop.status == "compile_error" and stop.message.startswith('cuda.cu(6): error: expected a ";"')
-    stop = child.failure("load", RuntimeError("Error building extension 'kl_div'"), "")
+    stop = failures.failure("load", RuntimeError("Error building extension 'kl_div'"), "")
     assert stop.status == "compile_error" and "kl_div" in stop.message
 
 
@@ -157,18 +157,18 @@ def test_the_childs_clocks_were_bound_before_any_solution(monkeypatch):
     synchronize = torch.cuda.synchronize
     monkeypatch.setattr(time, "perf_counter", lambda: 0.0)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
-    assert child._perf_counter() > 0 and child._synchronize is synchronize
+    assert clocks.perf_counter() > 0 and clocks.synchronize is synchronize
 
 
 def test_back_to_back_calls_synchronise_after_each_call(monkeypatch):
     """What the parent's clock brackets besides the timed call: each call, then a device-wide
     synchronisation (work left on any stream is waited for), no flush, nothing else."""
     happened = []
-    monkeypatch.setattr(child, "_synchronize", lambda: happened.append("synchronize"))
-    child.back_to_back(lambda *inputs: happened.append(inputs), (1, 2), 3)
+    monkeypatch.setattr(clocks, "synchronize", lambda: happened.append("synchronize"))
+    clocks.back_to_back(lambda *inputs: happened.append(inputs), (1, 2), 3)
     assert happened == [(1, 2), "synchronize"] * 3
     happened.clear()
-    child.back_to_back(lambda: happened.append(()), (), 0)
+    clocks.back_to_back(lambda: happened.append(()), (), 0)
     assert happened == []
 
 
@@ -182,12 +182,12 @@ def test_a_real_nvcc_error_is_captured_and_found(tmp_path):
     nvcc = shutil.which("nvcc") or str(find_cuda_home() / "bin" / "nvcc")
     source = tmp_path / "cuda.cu"
     source.write_text("// one kernel\n__global__ void k(float* x) { x[0] = 1.0f }\n")
-    captured = child.Captured()
-    with child.capture_stdout(captured):
+    captured = failures.Captured()
+    with failures.capture_stdout(captured):
         run = subprocess.run([nvcc, "-c", str(source), "-o", str(tmp_path / "cuda.o")],
                              stdout=1, stderr=subprocess.STDOUT, cwd=tmp_path)
     assert run.returncode != 0
-    message, detail = child.compiler_error(captured.text)
+    message, detail = failures.compiler_error(captured.text)
     assert message.startswith("cuda.cu(2): error: expected a \";\"") and "x[0] = 1.0f" in message, captured.text
     assert str(tmp_path) not in message
 
@@ -211,14 +211,14 @@ def test_timed_calls_get_fresh_inputs_and_their_outputs_are_checked():
 
     flush = torch.empty(2**20, device="cuda")
     with torch.no_grad():
-        times = child.time_forward(stale, make, list(range(5)), flush, spec.reference)
-        honest = child.time_forward(spec.reference, make, list(range(5)), flush, spec.reference)
-        reused = child.time_forward(one_buffer, make, list(range(5)), flush, spec.reference)
+        times = clocks.time_forward(stale, make, list(range(5)), flush, spec.reference)
+        honest = clocks.time_forward(spec.reference, make, list(range(5)), flush, spec.reference)
+        reused = clocks.time_forward(one_buffer, make, list(range(5)), flush, spec.reference)
     assert len(times["event_ms"]) == len(times["wall_ms"]) == 5
     assert times["mismatched"] == [1, 2, 3, 4]  # seed 0's answer is right only for seed 0
     assert honest["mismatched"] == [] and reused["mismatched"] == []
     assert len(set(seen)) == 5  # the warm-up's inputs and four more: fresh inputs for each timed call
-    summary = child.summarize(honest, child.sync_overhead_ms(flush))
+    summary = clocks.summarize(honest, clocks.sync_overhead_ms(flush))
     assert 0 < summary["event_ms"] <= summary["ms"] and summary["p10_ms"] <= summary["p90_ms"]
 
 

@@ -154,7 +154,7 @@ def test_output_paths_are_checked(tmp_path, capsys, monkeypatch):
         (["evaluate", str(tmp_path / "missing.py"), "--problem", "kl_div"],
          "losslab evaluate: solution: expected an existing file"),
         (["evaluate", str(tmp_path), "--problem", "kl_div"],
-         "losslab evaluate: solution: expected a file, got the directory"),
+         "losslab evaluate: solution: " + str(tmp_path.resolve()) + " holds no .py answers"),
         (["evaluate", str(build.ROOT / "losslab" / "ops.py"), "--problem", "kl_div", "--json",
           str(tmp_path / "no" / "v.json")], "losslab evaluate: --json: expected a file in an existing folder"),
         (["export", "kl_div", "naive", "-o", str(tmp_path / "no" / "x.py")],

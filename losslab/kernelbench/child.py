@@ -1,45 +1,20 @@
-"""The child process of ``losslab.kernelbench.evaluate``: loads one solution file and runs it
-on the evaluator's command.
+"""The child process of an evaluation: loads one solution file and runs it on the parent's commands.
 
     python -m losslab.kernelbench.child CONFIG.json
 
-Run only by ``evaluate.evaluate`` (through ``supervisor``), in a temporary working directory
-with its own TORCH_EXTENSIONS_DIR. THIS PROCESS RUNS THE SOLUTION'S CODE, so it decides
-nothing: it reads commands on standard input (the first one names the pipe for its replies),
-draws the inputs each command's seed gives (``inputs.make``), calls the solution, and hands
-back what the solution returned (output tensors, gradients) and what its clocks measured. The
-parent holds its own copy of every input, computes every reference and every comparison
-itself, and checks the reported times against its own clock (see ``evaluate``).
-
-What this process does find, it reports, as far as the solution lets it (code in this process
-can change anything here): the solution's build error or exception, a replaced function of
-torch, time, the problem or this module (``tampered``), an input changed in place (a copy of
-each input before the call, compared bitwise after it).
-
-Defences of the timing (the parent's clock bounds them from below):
-
-- the clocks, events and synchronisation the timing uses are bound when this module is
-  imported, before any solution code runs;
-- every timed call gets fresh inputs from a seed the parent draws at that moment, made
-  outside the timed region; its output goes back to the parent for checking;
-- every timed call is measured twice: CUDA events on the caller's stream, and the host clock
-  around the call and a device-wide synchronisation. Work left running on another stream
-  shows as the difference (``hidden_work``);
-- the command that makes a timed call also makes N back-to-back synchronised calls of the
-  same forward (:func:`back_to_back`), and the parent's clock brackets the command, less the
-  same command with an empty forward (``verdict.parent_clock``).
+Run only by ``evaluate.evaluate`` (through ``supervisor``). THIS PROCESS RUNS THE SOLUTION'S
+CODE, so it decides nothing: it draws the inputs each command's seed gives, calls the solution
+and hands back what came out and what its clocks measured (:class:`Session`, :func:`serve`);
+the parent (``parent``) checks all of it. What it finds itself (a replaced function, an input
+changed in place) it reports, as far as the solution lets it.
 """
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import inspect
 import json
 import os
-import re
-import statistics
 import sys
-import tempfile
 import time
 import traceback
 import types
@@ -50,125 +25,27 @@ import torch
 import torch.nn as nn
 
 from losslab import problems
+from losslab.kernelbench import clocks, failures
 from losslab.kernelbench.channel import receive_command, send
+from losslab.kernelbench.clocks import WARMUP_MS, back_to_back, perf_counter, sync_overhead_ms, synchronize, timed_call
+from losslab.kernelbench.failures import Captured, Stop, capture_stdout, failure, is_cuda_error
 from losslab.kernelbench.inputs import make as draw
-from losslab.kernelbench.verdict import ALLCLOSE_TOL
 from losslab.measure import check
 from losslab.measure.timing import peak_extra_memory
-
-# Bound before any solution code runs: a solution that patches these later cannot change a measurement.
-_perf_counter = time.perf_counter
-_synchronize = torch.cuda.synchronize
-_Event = torch.cuda.Event
-_record = torch.cuda.Event.record
-_elapsed_time = torch.cuda.Event.elapsed_time
-
-BUILD_FAILURE_SIGNS = ("Error building extension", "undefined symbol")
-WARMUP_MS = 50.0  # warm-up calls run at least this long (and at least 3), as Triton's do_bench does
-# a compiler's diagnostic: nvcc "file.cu(12): error: ...", gcc/clang "file.cpp:12:5: error: ..."
-_DIAGNOSTIC = re.compile(r"(\(\d+\)|:\d+(:\d+)?):\s*(fatal )?error\b")
-_BUILD_NOISE = re.compile(r"^(\[\d+/\d+\] |FAILED: |ninja: )|-DTORCH_EXTENSION_NAME=")
-
-
-class Stop(Exception):
-    """Ends the evaluation with ``status`` and ``message`` (and optional ``detail``)."""
-
-    def __init__(self, status: str, message: str, detail: str = ""):
-        super().__init__(message)
-        self.status, self.message, self.detail = status, message, detail
-
-
-# --- what the solution printed, and what a failure means -------------------------------------------
-
-class Captured:
-    """Text written to file descriptor 1 inside :func:`capture_stdout` (filled when the block ends)."""
-
-    text: str = ""
-
-
-@contextlib.contextmanager
-def capture_stdout(into: Captured):
-    """Send file descriptor 1 to a temporary file while the block runs, then copy it into
-    ``into.text`` and on to the real stdout.
-
-    ``load_inline(..., verbose=True)`` runs ninja with its output on descriptor 1 and raises
-    only "Error building extension 'name'": the compiler's message is in what this captures.
-    Descriptor 2 is left alone, so that a crash's last words still reach the parent.
-    """
-    sys.stdout.flush()
-    saved = os.dup(1)
-    with tempfile.TemporaryFile() as log:
-        os.dup2(log.fileno(), 1)
-        try:
-            yield into
-        finally:
-            sys.stdout.flush()
-            os.dup2(saved, 1)
-            os.close(saved)
-            log.seek(0)
-            data = log.read()
-            into.text = data.decode(errors="replace")
-            if data:
-                os.write(1, data)
-
-
-def compiler_error(text: str, solution: str = "") -> tuple[str, str]:
-    """The first compiler error in a build's output, and the output without ninja's command lines.
-
-    Returns (message, detail): message is the first diagnostic ("cuda.cu(6): error: expected a
-    \";\"") with the source line nvcc or gcc prints under it, paths shortened to the file name,
-    and where that line occurs once in ``solution`` (the solution file's text), its line number
-    there (load_inline's cuda.cu and main.cpp number lines their own way); detail is the build
-    output with the long compiler command lines dropped (at most 8000 chars).
-    """
-    lines = [re.sub(r"\S*/(?=[^/\s]+(\(\d+\)|:\d+))", "", line) for line in text.splitlines()
-             if not _BUILD_NOISE.search(line)]
-    lines = [re.sub(r"^(Error building extension '[^']*'):.*$", r"\1", line) for line in lines]
-    at = next((i for i, line in enumerate(lines) if _DIAGNOSTIC.search(line)), None)
-    if at is None:
-        at = next((i for i, line in enumerate(lines) if re.search(r"\berror\b|undefined symbol", line, re.I)
-                   and not line.startswith("Error building extension")), None)
-    if at is None:
-        first = next((line for line in lines if line.strip()), "the build failed with no compiler message")
-        return first.strip()[:300], "\n".join(lines)[:8000]
-    message = lines[at].strip()
-    source = next((line.strip() for line in lines[at + 1:at + 2] if line.strip() and "error" not in line), "")
-    source = re.sub(r"^\d+ \| ", "", source)  # gcc's "  4 | code"
-    if source:
-        found = [n for n, line in enumerate(solution.splitlines(), 1) if line.strip() == source]
-        message += f" (at: {source})" + (f" [line {found[0]} of the solution file]" if len(found) == 1 else "")
-    return message[:400], "\n".join(lines)[:8000]
-
-
-def is_cuda_error(err: BaseException) -> bool:
-    return isinstance(err, getattr(torch, "AcceleratorError", ())) or "CUDA error" in str(err)
-
-
-def failure(stage: str, err: BaseException, output: str = "", solution: str = "") -> Stop:
-    """What an exception raised by the solution's code means for the verdict; ``output`` is what
-    it printed meanwhile (a verbose build's compiler output), ``solution`` the file's text."""
-    text = "".join(traceback.format_exception(err))
-    first = str(err).splitlines()[0][:300] if str(err) else ""
-    if any(sign in str(err) for sign in BUILD_FAILURE_SIGNS):
-        message, detail = compiler_error(f"{output}\n{err}", solution)
-        return Stop("compile_error", message, detail)
-    if is_cuda_error(err):
-        return Stop("crashed", f"a CUDA error in {stage}: {first}", text[-8000:])
-    return Stop("raised", f"{type(err).__name__} in {stage}: {first}", text[-8000:])
-
 
 # --- tampering ---------------------------------------------------------------------------------------
 
 def watched(spec: problems.Problem) -> dict[str, tuple[bool, dict[str, object]]]:
     """Every function and class that the reference, the checks and the timing look up at call time,
     as {namespace: (is_module, {name: object})}: the namespaces of time, torch, torch.cuda and
-    torch.nn.functional, the problem's module and this module; the attributes (inherited ones
-    included) of Tensor, Module, Event, Stream and the problem object."""
+    torch.nn.functional, the problem's module, this module, ``clocks`` and ``failures``; the
+    attributes (inherited ones included) of Tensor, Module, Event, Stream and the problem object."""
     spaces = {"time": time, "torch": torch, "torch.cuda": torch.cuda, "torch.nn.functional": torch.nn.functional,
               "torch.Tensor": torch.Tensor, "torch.nn.Module": nn.Module, "torch.cuda.Event": torch.cuda.Event,
               "torch.cuda.Stream": torch.cuda.Stream, "losslab.problems": problems, "losslab.measure.check": check,
               "problem": spec, type(spec).__module__: sys.modules[type(spec).__module__],
-              "losslab.kernelbench.child": sys.modules[__name__]}
+              "losslab.kernelbench.child": sys.modules[__name__], "losslab.kernelbench.clocks": clocks,
+              "losslab.kernelbench.failures": failures}
     return {label: (isinstance(space, types.ModuleType), _members(space)) for label, space in spaces.items()}
 
 
@@ -195,90 +72,6 @@ def replaced(before: dict[str, tuple[bool, dict[str, object]]], spec: problems.P
         if not is_module:
             names += [f"{label}.{name}" for name in current.keys() - members.keys()]
     return sorted(names)
-
-
-# --- timing ------------------------------------------------------------------------------------------
-
-def timed_call(forward: Callable, inputs: tuple, flush: torch.Tensor) -> tuple[float, float, object]:
-    """One call of ``forward(*inputs)`` with L2 flushed and the device idle before it.
-
-    Returns (event_ms, wall_ms, output): CUDA events on the caller's stream around the call, and
-    the host clock around the call plus a device-wide synchronisation (which waits for every
-    stream). Both clocks were bound before the solution loaded.
-    """
-    flush.zero_()  # evicts the inputs from L2
-    _synchronize()
-    start, end = _Event(enable_timing=True), _Event(enable_timing=True)
-    began = _perf_counter()
-    _record(start)
-    output = forward(*inputs)
-    _record(end)
-    _synchronize()
-    wall_ms = (_perf_counter() - began) * 1e3
-    return _elapsed_time(start, end), wall_ms, output
-
-
-def time_forward(forward: Callable, make_inputs: Callable[[int], tuple], seeds: list[int], flush: torch.Tensor,
-                 reference: Callable | None = None) -> dict:
-    """Time ``forward`` once per seed, each call on fresh inputs ``make_inputs(seed)`` made untimed.
-
-    After warm-up calls (at least WARMUP_MS and 3 calls, on the first seed's inputs), each timed
-    call runs through :func:`timed_call`. Returns {"event_ms": [...], "wall_ms": [...],
-    "mismatched": [indices of timed calls whose output differs from ``reference`` on the same
-    inputs, beyond ALLCLOSE_TOL]} (no check without ``reference``).
-    """
-    inputs = make_inputs(seeds[0])
-    began, calls = _perf_counter(), 0
-    while calls < 3 or (_perf_counter() - began) * 1e3 < WARMUP_MS:
-        forward(*inputs)
-        calls += 1
-    _synchronize()
-    times: dict = {"event_ms": [], "wall_ms": [], "mismatched": []}
-    pairs = []
-    for seed in seeds:
-        inputs = make_inputs(seed)
-        expected = reference(*inputs) if reference else None
-        event_ms, wall_ms, output = timed_call(forward, inputs, flush)
-        times["event_ms"].append(event_ms)
-        times["wall_ms"].append(wall_ms)
-        if reference:  # a copy: a solution may rightly write every answer into one buffer
-            pairs.append((output.detach().clone() if isinstance(output, torch.Tensor) else output, expected))
-    if reference:
-        times["mismatched"] = [i for i, (got, want) in enumerate(pairs) if not matches(got, want)]
-    return times
-
-
-def back_to_back(forward: Callable, inputs: tuple, calls: int) -> None:
-    """``calls`` calls of ``forward(*inputs)``, each followed by a device-wide synchronisation,
-    no flush and no clock: the parent's clock brackets them (``verdict.parent_clock``)."""
-    for _ in range(calls):
-        forward(*inputs)
-        _synchronize()
-
-
-def sync_overhead_ms(flush: torch.Tensor, calls: int = 20) -> float:
-    """Median host-clock cost of an empty timed call: what the wall clock adds to any call."""
-    small = flush[:1]
-    return statistics.median(timed_call(lambda: None, (), small)[1] for _ in range(calls))
-
-
-def summarize(times: dict, overhead_ms: float) -> dict:
-    """Medians and p10/p90 (ms) of one implementation's timed calls. Each call's judged time is the
-    larger of its event time and its wall time less ``overhead_ms``: the device-wide time."""
-    judged = sorted(max(e, w - overhead_ms) for e, w in zip(times["event_ms"], times["wall_ms"], strict=True))
-    quantile = lambda q: judged[min(len(judged) - 1, round(q * (len(judged) - 1)))]  # noqa: E731
-    return {"ms": statistics.median(judged), "p10_ms": quantile(0.1), "p90_ms": quantile(0.9),
-            "event_ms": statistics.median(times["event_ms"]), "wall_ms": statistics.median(times["wall_ms"])}
-
-
-# --- comparisons --------------------------------------------------------------------------------------
-
-def matches(got: object, expected: torch.Tensor) -> bool:
-    """``got`` is a tensor of ``expected``'s shape, allclose at KernelBench's tolerance for its dtype."""
-    if not isinstance(got, torch.Tensor) or got.shape != expected.shape:
-        return False
-    tol = ALLCLOSE_TOL.get(expected.dtype, 1e-4)
-    return bool(torch.allclose(got.detach().to(expected.dtype), expected, atol=tol, rtol=tol))
 
 
 def bitwise_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -316,7 +109,30 @@ class Session:
     """One evaluation in the child: the config, the solution's model, one method per command.
 
     Each method takes the command's fields and returns (reply header, tensors); a failure of
-    the solution raises :class:`Stop`.
+    the solution raises :class:`Stop`. Each command draws the inputs its seed gives
+    (``inputs.make``), calls the solution and hands back what it returned (output tensors,
+    gradients) and what the clocks measured; the parent holds its own copy of every input,
+    computes every reference and every comparison itself, and checks the reported times against
+    its own clock (``parent``).
+
+    What this process does find, it reports, as far as the solution lets it (code in this
+    process can change anything here): the solution's build error or exception, a replaced
+    function of torch, time, the problem or the evaluator's modules (``tampered``,
+    :func:`replaced`), an input changed in place (a copy of each input before the call,
+    compared bitwise after it).
+
+    Defences of the timing (the parent's clock bounds them from below):
+
+    - the clocks, events and synchronisation the timing uses are bound when ``clocks`` is
+      imported, before any solution code runs;
+    - every timed call gets fresh inputs from a seed the parent draws at that moment, made
+      outside the timed region (:meth:`prepare`); its output goes back to the parent for checking;
+    - every timed call is measured twice (``clocks.timed_call``): CUDA events on the caller's
+      stream, and the host clock around the call and a device-wide synchronisation. Work left
+      running on another stream shows as the difference (``hidden_work``);
+    - the command that makes a timed call (:meth:`go`) also makes N back-to-back synchronised
+      calls of the same forward (``clocks.back_to_back``), and the parent's clock brackets the
+      command, less the same command with an empty forward (``verdict.parent_clock``).
     """
 
     def __init__(self, config: dict):
@@ -341,7 +157,7 @@ class Session:
             with capture_stdout(output):
                 value = fn(*args)
                 if self.device == "cuda":
-                    _synchronize()
+                    synchronize()
             return value
         except Exception as err:  # noqa: BLE001 - the solution may raise anything
             raise failure(stage, err, output.text, Path(self.config["solution"]).read_text(errors="replace")) from err
@@ -430,9 +246,9 @@ class Session:
     def warmup(self, seed: int, kind: str) -> tuple[dict, list]:
         """Calls on one set of inputs for at least WARMUP_MS and 3 calls (as Triton's do_bench)."""
         inputs = self.inputs(seed, kind)
-        began, calls = _perf_counter(), 0
+        began, calls = perf_counter(), 0
         with torch.no_grad():
-            while calls < 3 or (_perf_counter() - began) * 1e3 < WARMUP_MS:
+            while calls < 3 or (perf_counter() - began) * 1e3 < WARMUP_MS:
                 self.call("timing", self.model, *inputs)
                 calls += 1
         return {"calls": calls}, []
@@ -441,7 +257,7 @@ class Session:
         """Make the next timed call's inputs (None: time an empty call), outside any timing."""
         self.prepared = None if seed is None else self.inputs(seed, kind)
         if self.device == "cuda":  # made before the parent's clock starts
-            _synchronize()
+            synchronize()
         return {}, []
 
     def go(self, shape: list[int], calls: int = 0) -> tuple[dict, list]:
@@ -470,8 +286,8 @@ COMMANDS = ("forward", "backward", "repeat", "memory", "tampered", "setup", "war
 
 
 def serve(config: dict, commands: int) -> None:
-    """Answer the parent's commands on descriptor ``commands`` until it says "exit" or closes the
-    pipe. The first command, ``{"op": "start", "replies": FD}``, names the reply pipe and loads
+    """Answer the parent's commands on descriptor ``commands`` (standard input) until it says
+    "exit" or closes the pipe. The first command, ``{"op": "start", "replies": FD}``, names the reply pipe and loads
     the solution; every reply is ``{"op": "reply", ...}`` or, at the first failure,
     ``{"op": "failed", "status", "message", "detail"}`` (the last one)."""
     session = Session(config)
@@ -499,6 +315,8 @@ def serve(config: dict, commands: int) -> None:
 
 
 def main(argv: list[str]) -> int:
+    """Run as ``python -m losslab.kernelbench.child CONFIG.json``, only by the parent (through
+    ``supervisor``), in a temporary working directory with its own TORCH_EXTENSIONS_DIR."""
     config = json.loads(Path(argv[0]).read_text())
     serve(config, 0)
     sys.stdout.flush()

@@ -3,21 +3,7 @@
     python -m losslab export kl_div vectorized > solution.py
 
 The file is :mod:`losslab.kernelbench.solution_template` filled in, self-contained (it needs
-torch and nvcc, nothing of losslab):
-
-* ``Model``, ``get_inputs()``, ``get_init_inputs()``: the problem's KernelBench file
-  (``losslab/problems/<problem>/kernelbench.py``), at the problem's seed size;
-* the host code, copied from the package so that the solution launches exactly as losslab
-  does: the problem's ``validate_inputs``, ``forward`` and ``backward``
-  (``losslab/problems/<problem>/host.py``) and what they use of ``losslab/validation.py`` and
-  ``losslab/problems/launch.py``;
-* ``CUDA_SOURCE``: the rung's ``.cu``, the problem's other stages (e.g.
-  ``cross_entropy/valid_mean.cu``) and ``kernels/common/*.cu``, with every local header
-  inlined once; ``CPP_SOURCE``: the package's own binding ``losslab/build/csrc/<problem>.cpp``
-  and ``bind.h``, binding this rung only. No torch headers: it builds in seconds.
-
-A rung that writes its gradient in the forward (``fused``) keeps doing so in the exported
-file even for inference (its inference rung's kernels are not exported with it).
+torch and nvcc, nothing of losslab); :func:`export_solution` says what it holds.
 """
 from __future__ import annotations
 
@@ -191,7 +177,24 @@ def _replace_block(text: str, block: str, replacement: str) -> str:
 
 
 def export_solution(problem: str, variant: str) -> str:
-    """The text of a single-file KernelBench solution (see the module docstring) for one rung.
+    """The text of a single-file KernelBench solution for one rung: the template
+    (``solution_template.py``) with its lines marked ``# export:`` and its blocks between
+    ``# >>>`` and ``# <<<`` replaced, so that the solution needs torch and nvcc only:
+
+    * ``Model``, ``get_inputs()``, ``get_init_inputs()``: the problem's KernelBench file
+      (``losslab/problems/<problem>/kernelbench.py``), at the problem's seed size;
+    * the host code, copied from the package so that the solution launches exactly as losslab
+      does: the problem's ``validate_inputs``, ``forward`` and ``backward``
+      (``losslab/problems/<problem>/host.py``) and what they use of ``losslab/validation.py`` and
+      ``losslab/problems/launch.py``;
+    * ``CUDA_SOURCE``: the rung's ``.cu``, the problem's other stages (e.g.
+      ``cross_entropy/valid_mean.cu``) and ``kernels/common/*.cu``, with every local header
+      inlined once; ``CPP_SOURCE``: the package's own binding ``losslab/build/csrc/<problem>.cpp``
+      and ``bind.h``, binding this rung only. No torch headers: it builds in seconds.
+
+    A rung that writes its gradient in the forward (``fused``) keeps doing so in the exported
+    file even for inference (its inference rung's kernels are not exported with it); the
+    file's docstring says so.
 
     Returns Python source defining ``Model``, ``ModelNew``, ``get_inputs`` and
     ``get_init_inputs``; nothing is compiled until ``ModelNew()`` is constructed.
@@ -214,7 +217,7 @@ def export_solution(problem: str, variant: str) -> str:
     text = TEMPLATE.read_text()
     title, _, rest = text.partition("\n")
     docstring_end = rest.index('"""')
-    note = rest[:docstring_end].split("\nThis file is the template")[0]
+    note = rest[:docstring_end].split("\nThis file is the template")[0].rstrip() + "\n"
     if rung.writes_grad_in_forward:
         note += (f"\nThe {variant} rung writes the gradient in its forward even without autograd: "
                  f"for inference, export `{rung.inference or 'vectorized'}`.\n")

@@ -3,17 +3,11 @@
     python -m losslab export PROBLEM RUNG > solution.py
     python -m losslab evaluate solution.py --problem PROBLEM
 
-Model is the PyTorch reference, get_inputs()/get_init_inputs() give KernelBench's inputs,
-and ModelNew computes the same 0-d loss with the kernels of one rung of losslab's ladder,
-built with torch.utils.cpp_extension.load_inline on the first ModelNew() (CUDA_HOME must
-name the CUDA toolkit; set TORCH_CUDA_ARCH_LIST to build for other GPUs than the visible
-one). ModelNew supports autograd: loss.backward() runs the rung's backward kernels.
-
-This file is the template ``losslab export`` fills in (losslab/kernelbench/export.py): the
-lines marked ``# export:`` and the blocks between ``# >>>`` and ``# <<<`` are replaced by the
-problem's KernelBench file, losslab's host code and the rung's sources, so that the solution
-needs torch and nvcc only. As it stands it imports (for kl_div, from the installed package)
-but has no sources to build.
+Model is the PyTorch reference, get_inputs()/get_init_inputs() give KernelBench's inputs, and ModelNew computes the
+same 0-d loss with the kernels of one rung of losslab's ladder, built with torch.utils.cpp_extension.load_inline on
+the first ModelNew() (CUDA_HOME must name the CUDA toolkit; set TORCH_CUDA_ARCH_LIST to build for other GPUs than
+the visible one). ModelNew supports autograd: loss.backward() runs the rung's backward kernels.
+This file is the template `losslab export` fills in (export.export_solution); as it stands it builds nothing.
 """
 from __future__ import annotations
 

@@ -2,22 +2,8 @@
 
     python -I losslab/kernelbench/supervisor.py STDOUT STDERR FD -- ARGV...
 
-The evaluator starts this small process (:func:`start`) in a session of its own, as a script
-that imports nothing but the standard library (so it is up in milliseconds). On Linux it
-makes itself the child subreaper (``prctl(PR_SET_CHILD_SUBREAPER)``): a process that the child
-starts and leaves behind, even in a session of its own (``start_new_session=True``, ``setsid``,
-a double fork), is re-parented to it instead of to init, so it stays in reach. It runs ARGV
-(standard input inherited, output to the files STDOUT and STDERR, descriptor FD passed on) and
-waits for it. When the child exits, or when the evaluator sends SIGTERM (or dies:
-``PR_SET_PDEATHSIG``), it kills every descendant it finds under /proc, in rounds until none is
-left, and writes one JSON line to its standard output::
-
-    {"returncode": 0, "contained": true, "how": "...", "survivors": ["pid 123: sleep 60"]}
-
-``returncode`` is the child's (None when the supervisor killed it), ``survivors`` the processes
-still alive after the last round. Beyond its reach: a process started through another service
-(systemd-run, at, ssh) or that changed its user. Where prctl or /proc is missing (not Linux),
-``contained`` is False, only the child itself is killed, and ``how`` says so.
+The evaluator starts this small process with :func:`start` and ends it with
+:meth:`Supervised.stop`; :func:`main` says what it does and what is beyond its reach.
 """
 from __future__ import annotations
 
@@ -105,6 +91,26 @@ def kill_tree() -> list[str]:
 
 
 def main(argv: list[str]) -> int:
+    """The supervisor, run as a script that imports nothing but the standard library (so it is up
+    in milliseconds), in a session of its own (:func:`start`).
+
+    On Linux it makes itself the child subreaper (``prctl(PR_SET_CHILD_SUBREAPER)``): a process
+    that the child starts and leaves behind, even in a session of its own
+    (``start_new_session=True``, ``setsid``, a double fork), is re-parented to it instead of to
+    init, so it stays in reach. It runs ARGV (standard input inherited, output to the files
+    STDOUT and STDERR, descriptor FD passed on) and waits for it. When the child exits, or when
+    the evaluator sends SIGTERM (or dies: ``PR_SET_PDEATHSIG``), it kills every descendant it
+    finds under /proc (:func:`kill_tree`), in rounds until none is left, and writes one JSON
+    line to its standard output::
+
+        {"returncode": 0, "contained": true, "how": "...", "survivors": ["pid 123: sleep 60"]}
+
+    ``returncode`` is the child's (None when the supervisor killed it), ``survivors`` the
+    processes still alive after the last round. Beyond its reach: a process started through
+    another service (systemd-run, at, ssh) or that changed its user. Where prctl or /proc is
+    missing (not Linux), ``contained`` is False, only the child itself is killed, and ``how``
+    says so.
+    """
     stdout_path, stderr_path, fd, command = argv[0], argv[1], int(argv[2]), argv[argv.index("--") + 1:]
     signal.signal(signal.SIGTERM, _stop)
     _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)  # the evaluator died: clean up all the same

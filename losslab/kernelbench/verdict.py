@@ -1,18 +1,11 @@
-"""What an evaluation found: the :class:`Verdict`, its statuses and advice, and the rules.
+"""What an evaluation found: the :class:`Verdict`, its statuses and advice, and the rules that
+turn outputs and times into it, as pure functions checkable without a GPU.
 
-The evaluator (``losslab.kernelbench.evaluate``) compares and the child process
-(``losslab.kernelbench.child``) measures; the rules that turn outputs and times into a verdict
-are pure functions here, so they can be checked without a GPU:
+The parent (``evaluate``, ``parent``) compares and the child (``child``) measures; the rules:
+:func:`tolerance`, :func:`condition_number`, :func:`compare` (correctness), :func:`speed_of_light`,
+:func:`back_to_back_calls`, :func:`parent_clock` and :func:`judge_timing` (timing).
 
-- :func:`tolerance` -- the relative error against float64 an honest kernel stays within, from
-  the dtype, the reduction length and the condition number of the inputs' loss
-  (:func:`condition_number`); :func:`compare` -- one output against float64 (losslab's verdict) and
-  against eager with KernelBench's fixed tolerance (KernelBench's), side by side;
-- :func:`speed_of_light` -- the least time the problem's minimum bytes take at the device's
-  datasheet peak bandwidth (no kernel that reads its inputs from device memory is faster);
-- :func:`back_to_back_calls` and :func:`parent_clock` -- the evaluator's own clock per call,
-  from commands it brackets; :func:`judge_timing` -- ``time_mismatch``, ``hidden_work``,
-  ``impossible_time`` or ``too_slow`` from the times.
+One module: a status, its rule, its advice and its line in the report change together.
 """
 from __future__ import annotations
 
@@ -183,7 +176,8 @@ def why_they_differ(trials: list[dict], dtype: str, n: int) -> str:
 def speed_of_light(problem: str, shape: tuple[int, int], dtype: str, device: str) -> PhysicalFloor | None:
     """The physical floor of ``problem``'s forward at ``shape`` and ``dtype`` (a name such as
     "bfloat16") on ``device`` (a CUDA device name): its minimum bytes at the datasheet's peak
-    bandwidth, in ms; None for a device without datasheet figures."""
+    bandwidth, in ms (no kernel that reads its inputs from device memory is faster); None for a
+    device without datasheet figures."""
     nbytes = problems.get(problem).cost(tuple(shape), "forward", getattr(torch, dtype)).bytes
     return physical_floor(nbytes, device)
 
