@@ -88,7 +88,7 @@ class CountCollectives:
         self.calls = []
 
     def __enter__(self):
-        self.saved = {name: getattr(dist, name) for name in COLLECTIVES}
+        self.saved = {name: getattr(dist, name) for name in COLLECTIVES if hasattr(dist, name)}  # by torch version
         for name, fn in self.saved.items():
             setattr(dist, name, functools.partial(self._record, name, fn))
         return self

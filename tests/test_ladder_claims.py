@@ -74,10 +74,14 @@ def claim_naive_leaves_sms_idle(profile: Profile) -> None:
 
 def claim_warp_shuffle_drops_the_tree(profile: Profile) -> None:
     shared, shuffle = (_counters(profile, r, "forward") for r in ("shared_memory", "warp_shuffle"))
-    for name in ("shared_instructions", "barriers"):
-        before, after = (_value(profile, c, name) for c in (shared, shuffle))
-        assert after * 2 <= before, (f"forward: warp_shuffle executes {after:.3g} {name.replace('_', ' ')}, "
-                                     f"shared_memory {before:.3g}: shuffles should replace most of the tree's")
+    before, after = (_value(profile, c, "barriers") for c in (shared, shuffle))
+    assert after * 2 <= before, (f"forward: warp_shuffle executes {after:.3g} barriers, shared_memory "
+                                 f"{before:.3g}: shuffles should replace most of the tree's barrier-separated steps")
+    # fewer shared-memory instructions, not necessarily half: the teaching cross_entropy rung has every thread
+    # read the warps' slots (two rounds, the max and the sum), so each thread gets the block's result
+    before, after = (_value(profile, c, "shared_instructions") for c in (shared, shuffle))
+    assert after < before, (f"forward: warp_shuffle executes {after:.3g} shared instructions, shared_memory "
+                            f"{before:.3g}: one slot per warp should need fewer than the tree")
     before, after = (_value(profile, c, "shuffles") for c in (shared, shuffle))
     assert after > before, f"forward: warp_shuffle executes {after:.3g} shuffles, shared_memory {before:.3g}"
 

@@ -79,7 +79,8 @@ def points(section: records.Section, directions: tuple[str, ...] = DIRECTIONS) -
     away = {(e.implementation, e.direction) for e in work_elsewhere(section)}
     out = []
     for row in section.rows:
-        if row.direction not in directions:
+        # the rungs and the peers: the teaching rungs and the public operator are in notebooks 01/02 and the sweep
+        if row.direction not in directions or row.kind not in ("variant", "peer"):
             continue
         cost = problems.get(row.problem).cost(tuple(row.shape), row.direction, getattr(torch, row.dtype))
         key = (row.implementation, row.direction)

@@ -114,6 +114,9 @@ NOTEBOOKS = (
     ("08_linear_cross_entropy", "The language-model head and its loss without the logits in memory.",
      "shows the newest record (scripts/linear_cross_entropy_gpu.sh measures)",
      "shows the newest record, or says none exists yet"),
+    ("09_vocab_parallel", "Cross-entropy over several GPUs: the vocabulary split, one exchange of per-row statistics.",
+     "shows the newest record (scripts/vocab_parallel_gpu.sh measures on two GPUs)",
+     "shows the algebra and the newest record, or says none exists yet"),
 )
 
 
