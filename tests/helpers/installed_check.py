@@ -48,7 +48,7 @@ def relative_error(ours, ref):
 def check(name, ours, theirs, inputs, dtype):
     """Loss and gradient of ``ours`` on ``inputs`` (the first one the leaf) in ``dtype`` against
     ``theirs`` on the same values in float64."""
-    leaf = inputs[0].to(dtype).requires_grad_(True)
+    leaf = inputs[0].detach().to(dtype).clone().requires_grad_(True)  # a leaf whatever inputs[0] is
     rest = [i.to(dtype) if i.is_floating_point() else i for i in inputs[1:]]
     loss = ours(leaf, *rest)
     loss.sum().backward()
