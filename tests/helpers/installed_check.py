@@ -60,6 +60,8 @@ def check(name, ours, theirs, inputs, dtype):
 
 
 w = torch.rand(1000, device="cuda") + 0.5
+# targets as distributions of their own: softmax(x) itself would make the KL and the gradient zero
+q = torch.randn_like(x).log_softmax(-1)
 t_ignored = t.clone()
 t_ignored[::7] = 7
 calls = {
@@ -70,14 +72,14 @@ calls = {
         (x, t_ignored, w)),
     "F.cross_entropy probabilities, none": (
         lambda x, q: LF.cross_entropy(x, q, reduction="none"), lambda x, q: F.cross_entropy(x, q, reduction="none"),
-        (x, x.softmax(-1))),
+        (x, q.exp())),
     "nn.CrossEntropyLoss": (lambda x, t: losslab.nn.CrossEntropyLoss()(x, t),
                             lambda x, t: torch.nn.CrossEntropyLoss()(x, t), (x, t)),
     "F.kl_div batchmean": (lambda p, q: LF.kl_div(p, q, reduction="batchmean"),
-                           lambda p, q: F.kl_div(p, q, reduction="batchmean"), (x.log_softmax(-1), x.softmax(-1))),
+                           lambda p, q: F.kl_div(p, q, reduction="batchmean"), (x.log_softmax(-1), q.exp())),
     "F.kl_div log_target, none": (
         lambda p, q: LF.kl_div(p, q, reduction="none", log_target=True),
-        lambda p, q: F.kl_div(p, q, reduction="none", log_target=True), (x.log_softmax(-1), x.log_softmax(-1))),
+        lambda p, q: F.kl_div(p, q, reduction="none", log_target=True), (x.log_softmax(-1), q)),
 }
 for dtype in (torch.float32, torch.bfloat16, torch.float16):
     for name, (ours, theirs, inputs) in calls.items():
