@@ -176,7 +176,14 @@ def test_the_installed_wheel_serves_the_command_line_and_the_exercises(installed
                                                  env=env, cwd=python.parents[2])  # noqa: E731
     assert all(problem in run("list").stdout for problem in LOSSES)
     for problem in LOSSES:
-        assert "class ModelNew" in run("export", problem, problems.get(problem).variants[-1]).stdout
+        exported = run("export", problem, problems.get(problem).variants[-1]).stdout
+        assert "class ModelNew" in exported
+        # and the evaluator judges it from the wheel (a verdict, on a GPU or not; never a traceback)
+        answer = python.parents[2] / f"answer_{problem}.py"
+        answer.write_text(exported)
+        judged = run("evaluate", str(answer), "--problem", problem)
+        assert judged.returncode in (0, 1) and "Traceback" not in judged.stderr, judged.stdout + judged.stderr
+        assert problem in judged.stdout, judged.stdout
     assert "exercises/" in run("grade", "--list").stdout
     # an exercise compiles on demand: with nvcc on PATH, the wheel's own solution grades green
     solution = next(python.parents[1].glob("lib/python*/site-packages/losslab/exercises/solutions/*/*.cu"))
