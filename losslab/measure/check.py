@@ -149,19 +149,18 @@ def check_inputs(problem: str, variant, inputs: tuple[torch.Tensor, ...], case: 
 
     # Run the launchers again into NaN-poisoned outputs: an element the kernels
     # skip stays NaN, and any difference from the first run shows non-determinism.
-    poisoned_loss = torch.full((), float("nan"), device=loss.device, dtype=loss.dtype)
-    poisoned_grad = torch.full_like(grad, float("nan"))
-    if launch_forward is None:  # the public operator: its kernels are reached only through the call
-        return [result("forward", loss_error, loss_rtol, forward_detail),
-                result("backward", backward_error, grad_rtol, backward_detail)]
-    rerun_loss, saved = launch_forward(inputs, out=poisoned_loss, needs_grad=True, grad_out=poisoned_grad)
-    rerun_grad = launch_backward(saved, grad_loss, out=poisoned_grad)
-    if not forward_detail and not torch.equal(rerun_loss.nan_to_num(), loss.detach().nan_to_num()):
-        forward_detail = f"second run differs: {rerun_loss.item()} vs {loss.item()} (unwritten or non-deterministic)"
-    if not backward_detail and not torch.equal(rerun_grad.nan_to_num(), grad.nan_to_num()):
-        bad = int((rerun_grad.nan_to_num() != grad.nan_to_num()).reshape(-1).nonzero()[0])
-        backward_detail = (f"second run into a NaN-poisoned buffer differs at element {bad} "
-                           "(an element left unwritten, or a non-deterministic result)")
+    if launch_forward is not None:  # the public operator's kernels are reached only through the call
+        poisoned_loss = torch.full((), float("nan"), device=loss.device, dtype=loss.dtype)
+        poisoned_grad = torch.full_like(grad, float("nan"))
+        rerun_loss, saved = launch_forward(inputs, out=poisoned_loss, needs_grad=True, grad_out=poisoned_grad)
+        rerun_grad = launch_backward(saved, grad_loss, out=poisoned_grad)
+        if not forward_detail and not torch.equal(rerun_loss.nan_to_num(), loss.detach().nan_to_num()):
+            forward_detail = (f"second run differs: {rerun_loss.item()} vs {loss.item()} "
+                              "(unwritten or non-deterministic)")
+        if not backward_detail and not torch.equal(rerun_grad.nan_to_num(), grad.nan_to_num()):
+            bad = int((rerun_grad.nan_to_num() != grad.nan_to_num()).reshape(-1).nonzero()[0])
+            backward_detail = (f"second run into a NaN-poisoned buffer differs at element {bad} "
+                               "(an element left unwritten, or a non-deterministic result)")
     return [result("forward", loss_error, loss_rtol, forward_detail),
             result("backward", backward_error, grad_rtol, backward_detail)]
 

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 
 from losslab import records
-from losslab.present.evidence.counters import MEANINGS, ncu_record
+from losslab.present.evidence.counters import MEANINGS, counter_value, ncu_record
 from losslab.present.evidence.steps import step
 from losslab.present.html import Html, no_results, table
 from losslab.present.results import measured_where
@@ -61,13 +61,6 @@ def score(guessed: float | None, measured: float) -> str:
         f"the rung did {1 / ratio:.1f}x worse than you guessed"
 
 
-def _value(rec, name: str) -> float | None:
-    if rec is None:
-        return None
-    value = getattr(rec, name, None)
-    return value if isinstance(value, int | float) else None
-
-
 def _shown(value: float | None) -> str:
     if value is None:
         return "—"
@@ -100,10 +93,10 @@ def measure(section: records.Section | None, lower: str, upper: str, guess: Gues
     if not names or not any(records_.values()):
         note = "no Nsight Compute counters for these rungs in this section"
         return Html(timing + f"<p>{note}</p>", plain="\n".join([*plain, note]))
-    rows = [[f"<code>{n}</code>", _shown(_value(records_[lower], n)), _shown(_value(records_[upper], n)),
+    rows = [[f"<code>{n}</code>", _shown(counter_value(records_[lower], n)), _shown(counter_value(records_[upper], n)),
              html.escape(MEANINGS.get(n, "bytes read and written in DRAM"))] for n in names]
-    plain += [f"{n} ({direction}): {lower} {_shown(_value(records_[lower], n))}, "
-              f"{upper} {_shown(_value(records_[upper], n))}" for n in names]
+    plain += [f"{n} ({direction}): {lower} {_shown(counter_value(records_[lower], n))}, "
+              f"{upper} {_shown(counter_value(records_[upper], n))}" for n in names]
     counters = table(["counter", html.escape(lower), html.escape(upper), "what it counts"], rows,
                      caption=f"where {html.escape(upper)}'s idea shows ({direction}, Nsight Compute)", text_columns=1)
     return Html(timing + counters, plain="\n".join(plain))

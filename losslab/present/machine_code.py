@@ -35,6 +35,7 @@ FAMILIES = {
 }
 _SHOWN = re.compile(r"\b(LDG|STG|MUFU|BAR|SHFL)\.")
 _CACHE = Path(tempfile.gettempdir()) / "losslab-sass"
+ENTRY_FORMAT = 2  # bumped when what an entry holds changes (2: kernel names read inside namespaces)
 
 
 @dataclass(frozen=True)
@@ -66,9 +67,6 @@ def _name_and_rest(mangled: str) -> tuple[str, str]:
         if not nested:
             break
     return (name, mangled[at:].removeprefix("E") if nested else mangled[at:]) if name else (mangled, "")
-
-
-ENTRY_FORMAT = 2  # bumped when what an entry holds changes (2: kernel names read inside namespaces)
 
 
 def _plain_name(mangled: str) -> str:

@@ -99,7 +99,7 @@ def load_results(problem: str, *, device: str | None = None, size: str = "seed",
             raise RuntimeError("live=True needs a CUDA GPU and none is visible here; "
                                "use live=None or False to render the recorded results")
         names = variants or (ladder.rungs(problem) if taught else None)
-        measured = [f"{v} {recorded.LADDER_TAG}" for v in names] if taught else names
+        measured = [recorded.ladder_variant(problem, v) for v in names] if taught else names
         section = records.measure_section(problem, size, measured, repeats=repeats, ncu=ncu, check=checks)
         return (section.taught() if taught else section).view()
     try:

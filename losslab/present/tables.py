@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from losslab import problems, records
-from losslab.build import knobs
+from losslab.build import knobs, ladder
 from losslab.measure.bench import BenchRow
 from losslab.measure.ceilings import bandwidth_kind, datasheet
 from losslab.present.html import BAD, Html, format_bytes, format_date, message, no_results, table
@@ -26,6 +26,7 @@ from losslab.present.results import (
     run_dates,
     shown_path,
 )
+from losslab.variants import LADDER_TAG, OPERATOR
 
 FLAG = "&dagger;"  # the mark of a row below the physical floor
 
@@ -239,9 +240,6 @@ def operator_table(problem: str, device: str | None = None, results_dir: Path | 
     dtypes and options cost, or save, in time; the diff shows them in code.
 
     A record without teaching or operator rows (made before they were recorded) says so."""
-    from losslab.build import ladder
-    from losslab.variants import LADDER_TAG, OPERATOR
-
     try:
         section = records.latest_section(problem, device, Path(results_dir) if results_dir else records.RESULTS_DIR)
     except LookupError as err:

@@ -52,8 +52,9 @@ MEANINGS = {
 STALL_MEANING = "warps stalled for this reason per issued instruction (one of the main kernel's two largest)"
 
 
-def _counter(rec: records.Counters, name: str) -> float | None:
-    """``name`` of an ncu record (a field or a derived property of ``Counters``); None where it is not a number."""
+def counter_value(rec: records.Counters | None, name: str) -> float | None:
+    """``name`` of an ncu record (a field or a derived property of ``Counters``); None where it is not a
+    number or there is no record."""
     value = getattr(rec, name, None)
     return value if isinstance(value, (int, float)) else None
 
@@ -67,7 +68,7 @@ def counters(section: records.Section) -> dict[tuple[str, str], dict[str, float]
         return {}
     out = {}
     for rec in ncu.records or []:
-        found = {n: v for n in COUNTERS if (v := _counter(rec, n)) is not None}
+        found = {n: v for n in COUNTERS if (v := counter_value(rec, n)) is not None}
         stalls = rec.stalls or {}
         found |= {f"stall: {k}": v for k, v in sorted(stalls.items(), key=lambda kv: -kv[1])[:2]}
         if rec.kind == "variant" and found:
