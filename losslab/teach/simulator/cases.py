@@ -1,5 +1,5 @@
 """The inputs the simulator runs a problem's launchers on, and their float64 references
-(kl_div and cross_entropy; ``PROBLEMS`` maps a problem to its :class:`ProblemSpec`).
+(kl_div, cross_entropy and hinge_loss; ``PROBLEMS`` maps a problem to its :class:`ProblemSpec`).
 
 A :class:`Case` holds the inputs as they lie in memory: flat float32 storage with an offset
 in elements from a 16-byte boundary, so a misaligned view is one case among others. Standard
@@ -14,9 +14,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from losslab.problems import cross_entropy, kl_div
+from losslab.problems import cross_entropy, hinge_loss, kl_div
 
 KL_DIV, CROSS_ENTROPY = kl_div.PROBLEM.name, cross_entropy.PROBLEM.name  # the losses with cases here
+HINGE_LOSS = hinge_loss.PROBLEM.name
 
 
 @dataclass
@@ -196,6 +197,45 @@ def cross_entropy_manifest_line(i: int, case: Case, path: str) -> str:
     return f"case{i} {case.B} {case.D} {case.offset_p} {case.grad_loss!r} {path}"
 
 
+def hinge_loss_case(name: str, B: int, D: int, seed: int, offset_p: int = 0, offset_t: int = 0) -> Case:
+    """Random (B, D) predictions (normal, scale 1.5: margins on both sides of the hinge) from
+    ``offset_p`` and (D,) targets of -1 and +1 from ``offset_t``."""
+    rng = np.random.default_rng(seed)
+    p = rng.normal(0.0, 1.5, offset_p + B * D).astype(np.float32)
+    t = (rng.integers(0, 2, offset_t + D) * 2 - 1).astype(np.float32)
+    return Case(name, B, D, p, t, offset_p, offset_t, grad_loss=0.75)
+
+
+def hinge_loss_cases() -> list[Case]:
+    """hinge_loss's standard cases: aligned, odd width, one element, a view one element past a
+    16-byte boundary, predictions and targets at different offsets, and predictions exactly on
+    the hinge (p * t = 1: a zero term and a zero gradient) in every other column."""
+    hinge = hinge_loss_case("every other column on the hinge (3 x 300)", 3, 300, seed=5)
+    on_hinge = hinge.predictions[:, ::2]
+    on_hinge[...] = hinge.t[::2]  # p = t = +-1: 1 - p * t = 0 exactly
+    return [
+        hinge_loss_case("3 x 1000", 3, 1000, seed=0),
+        hinge_loss_case("2 x 37 (odd width)", 2, 37, seed=1),
+        hinge_loss_case("1 x 1", 1, 1, seed=2),
+        hinge_loss_case("misaligned view (3 x 1000, one element past a 16-byte boundary)", 3, 1000, seed=3,
+                        offset_p=1, offset_t=1),
+        hinge_loss_case("predictions and targets at different offsets (2 x 300)", 2, 300, seed=4, offset_p=1,
+                        offset_t=2),
+        hinge,
+    ]
+
+
+def hinge_loss_reference(case: Case) -> dict[str, np.ndarray]:
+    """float64 ``rows`` (B,) each row's sum, ``loss`` (1,) = the mean over B * D and ``grad`` (B*D,)
+    for ``case.grad_loss`` (0 where 1 - p * t <= 0, as autograd of torch.clamp gives)."""
+    p = case.predictions.astype(np.float64)
+    t = case.t[case.offset_t:].astype(np.float64)
+    margin = 1.0 - p * t
+    rows = np.maximum(margin, 0.0).sum(axis=1)
+    grad = -np.where(margin > 0, case.grad_loss / p.size, 0.0) * t
+    return {"rows": rows, "loss": np.array([rows.sum() / p.size]), "grad": grad.reshape(-1)}
+
+
 @dataclass(frozen=True)
 class ProblemSpec:
     """What the simulator needs of a problem: its cases, float64 reference and manifest line,
@@ -211,4 +251,5 @@ PROBLEMS = {
     KL_DIV: ProblemSpec(kl_div_cases, kl_div_reference, kl_div_manifest_line),
     CROSS_ENTROPY: ProblemSpec(cross_entropy_cases, cross_entropy_reference, cross_entropy_manifest_line,
                                  (("row_max", np.float32), ("row_log_sum", np.float32), ("counts", np.int64))),
+    HINGE_LOSS: ProblemSpec(hinge_loss_cases, hinge_loss_reference, kl_div_manifest_line),
 }
