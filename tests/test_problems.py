@@ -68,7 +68,8 @@ def test_wrong_predictions_are_named_in_the_error(problem):
         (predictions[0], ValueError, r"predictions: expected 2 dimensions, got shape \(8,\)"),
         (predictions[:, :0], ValueError, r"predictions: expected a non-empty tensor"),
         (predictions.tolist(), TypeError, r"predictions: expected a torch.Tensor, got list"),
-        (predictions[:3], ValueError, r"targets: expected"),  # rows no longer match targets
+        # rows and columns no longer match targets (one or the other ties them, whichever the loss)
+        (predictions[:3, :7], ValueError, r"targets: expected"),
     ]
     for bad, error, message in cases:
         with pytest.raises(error, match=message):
