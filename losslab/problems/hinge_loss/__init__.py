@@ -10,7 +10,7 @@ through), ``options`` (losslab.nn's options), ``functional`` (``hinge_loss`` and
 by :mod:`losslab.nn.functional`, not here), ``kernelbench`` (KernelBench's file); kernels: ``kernels/hinge_loss/``.
 """
 from losslab.problems.hinge_loss.host import KNOWN_DTYPES, MAX_PARTIALS, backward, empty_state, forward, validate_inputs
-from losslab.problems.hinge_loss.problem import PROBLEM, HingeLoss
+from losslab.problems.hinge_loss.problem import PROBLEM, Hinge
 
-__all__ = ["KNOWN_DTYPES", "MAX_PARTIALS", "PROBLEM", "HingeLoss", "backward", "empty_state", "forward",
+__all__ = ["KNOWN_DTYPES", "MAX_PARTIALS", "PROBLEM", "Hinge", "backward", "empty_state", "forward",
            "validate_inputs"]

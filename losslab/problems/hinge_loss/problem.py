@@ -10,7 +10,7 @@ from losslab.problems.hinge_loss.host import validate_inputs
 PARETO_SCALE, PARETO_ALPHA = 0.01, 1.5  # KernelBench's Pareto(0.01, 1.5) predictions
 
 
-class HingeLoss(Problem):
+class Hinge(Problem):
     """The mean hinge loss of (B, D) predictions and (D,) targets of -1 and +1 broadcast over the
     rows (KernelBench's 100_HingeLoss); the whole ladder (``problems.LADDER``)."""
 
@@ -113,4 +113,4 @@ class HingeLoss(Problem):
         }
 
 
-PROBLEM = HingeLoss()
+PROBLEM = Hinge()
