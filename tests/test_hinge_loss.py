@@ -71,7 +71,7 @@ def test_structured_inputs_put_the_loss_in_a_few_rows():
     p, t = HINGE.structured_inputs((256, 300), seed=0, device="cpu")
     rows = torch.clamp(1 - p * t, min=0).sum(1)
     top = rows.sort(descending=True).values
-    assert top[: 256 // problems.HEAVY_EVERY].sum() > 0.99 * rows.sum()
+    assert top[: 256 // problems.HEAVY_EVERY].sum() > 0.9 * rows.sum()
 
 
 def test_condition_parts_bound_the_cancellation_of_one_minus_p_t():

@@ -82,7 +82,8 @@ __device__ __forceinline__ void walk(const T* __restrict__ predictions, const T*
     // 32-bit division: both are at most HINGE_LOSS_MAX_PARTIALS (a 64-bit one is a called routine)
     const unsigned int across = static_cast<unsigned int>(columns);
     const int64_t groups = gridDim.x / across, group = blockIdx.x / across;
-    for (int64_t j = V * (int64_t(blockIdx.x % across) * THREADS + threadIdx.x); j < D; j += int64_t(V) * THREADS * columns) {
+    const int64_t stride = int64_t(V) * THREADS * columns;  // a row's packs, `columns` blocks at a time
+    for (int64_t j = V * (int64_t(blockIdx.x % across) * THREADS + threadIdx.x); j < D; j += stride) {
         const int n = PACKED ? V : (D - j < V ? int(D - j) : V);
         const Pack<T> tp = load_some<T, PACKED>(targets + j, n);  // once, for all the block's rows
         float t[V];

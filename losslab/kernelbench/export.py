@@ -106,6 +106,20 @@ def _after_imports(path: Path) -> str:
     return "\n".join(text.splitlines()[last:]).strip() + "\n"
 
 
+def _with_imports_of(path: Path, text: str) -> str:
+    """``text`` (the template) with the top-level imports of the Python file ``path`` that it lacks (e.g.
+    ``torch.nn.functional as F``, ``torch.distributions.Pareto``): ``import`` lines after ``import torch.nn
+    as nn``, ``from`` lines before ``from torch.utils.cpp_extension``, in the order isort keeps."""
+    lines = path.read_text().splitlines()
+    found = [node for node in ast.parse(path.read_text()).body if isinstance(node, (ast.Import, ast.ImportFrom))]
+    missing = ["\n".join(lines[node.lineno - 1:node.end_lineno]) + "\n" for node in found]
+    missing = [line for line in missing if line not in text]
+    plain = "".join(sorted(line for line in missing if line.startswith("import ")))
+    froms = "".join(sorted(line for line in missing if line.startswith("from ")))
+    text = text.replace("import torch.nn as nn\n", "import torch.nn as nn\n" + plain, 1)
+    return text.replace("from torch.utils.cpp_extension", froms + "from torch.utils.cpp_extension", 1)
+
+
 def _owner(name: str, scopes: list) -> tuple[object, object] | None:
     """(module, value) of the function or constant ``name`` as one of ``scopes`` defines it;
     for a constant, the scope that assigns it before one that imports it."""
@@ -225,6 +239,6 @@ def export_solution(problem: str, variant: str) -> str:
             + note.replace("PROBLEM RUNG", f"{problem} {variant}").replace("PROBLEM", problem) + rest[docstring_end:])
     text = _replace_block(text, "reference", f"# ---- the KernelBench problem ----\n\n\n{_after_imports(reference)}")
     text = _replace_block(text, "host", f"\n\n# ---- host code, from losslab ----\n\n{host_code(problem)}\n")
-    text = text.replace("import torch.nn as nn\n", "import torch.nn as nn\nimport torch.nn.functional as F\n", 1)
+    text = _with_imports_of(reference, text)
     text = PLACEHOLDER.sub(lambda m: f"{m['name']} = {values[m['name']]}", text)
     return re.sub(r"\n{4,}(?=\S)", "\n\n\n", text)  # at most two blank lines between blocks
