@@ -25,7 +25,7 @@ class Hinge(Problem):
         "narrow": (3, 1000),
         "scalar": (1, 1),
     }
-    sweep_shapes = ((128, 32768), (1024, 32768), (4096, 32768), (32768, 32768))
+    sweep_shapes = ((128, 32768), (1024, 32768), (4096, 32768), (32768, 32768), (2048, 131072))
     saturates = ("vectorized", "forward", 0.9)
 
     def reference(self, predictions: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
