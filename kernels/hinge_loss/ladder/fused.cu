@@ -54,7 +54,8 @@ __device__ __forceinline__ void store_grad4(float* g, int64_t j, int n, bool pac
     const float v[4] = {hinge_grad(hinge_margin(p.x, t.x), t.x, s), hinge_grad(hinge_margin(p.y, t.y), t.y, s),
                         hinge_grad(hinge_margin(p.z, t.z), t.z, s), hinge_grad(hinge_margin(p.w, t.w), t.w, s)};
     if (packed) {
-        *reinterpret_cast<float4*>(g + j) = make_float4(v[0], v[1], v[2], v[3]);
+        // __stwb: a plain store, kept whole (nvcc 13 split `*(float4*)(g + j) = ...` here into 4-byte stores)
+        __stwb(reinterpret_cast<float4*>(g + j), make_float4(v[0], v[1], v[2], v[3]));
         return;
     }
 #pragma unroll
