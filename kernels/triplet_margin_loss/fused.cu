@@ -3,6 +3,7 @@
 // grad_loss is 1), where vectorized's backward reads the three (N, D) inputs a second time. Rows
 // longer than THREADS * CACHE packs read their rest again from L2 for the gradient.
 #include "common/scale.cuh"
+#include "common/dispatch.cuh"
 #include "triplet_margin_loss/launchers.h"
 #include "triplet_margin_loss/options.h"
 #include "triplet_margin_loss/rows.cuh"
@@ -25,8 +26,10 @@ cudaError_t triplet_margin_loss_fused_forward(const void* anchor, const void* po
                                               float* row_losses, void* loss, void* grad_anchor, int64_t N,
                                               int64_t D, DType dtype, cudaStream_t stream) {
     if (grad_anchor == nullptr) return cudaErrorInvalidValue;
-    return triplet_rows<THREADS, CACHE>(anchor, positive, negative, grad_anchor, nullptr, nullptr, row_losses,
-                                        loss, nullptr, nullptr, 0, N, D, TRIPLET_DEFAULTS, dtype, stream);
+    return dispatch_dtype(dtype, [&](auto tag) {
+        return triplet_rows<decltype(tag), THREADS, CACHE>(anchor, positive, negative, grad_anchor, nullptr,
+            nullptr, row_losses, loss, nullptr, nullptr, 0, N, D, TRIPLET_DEFAULTS, stream);
+    });
 }
 
 // The forward wrote dL/da for grad_loss = 1: scale it in place (no work when grad_loss is 1).
@@ -44,6 +47,8 @@ cudaError_t triplet_margin_loss_fused_options_forward(
         int swap, int reduction, DType dtype, cudaStream_t stream) {
     if (reduction == TRIPLET_NONE || !(grad_anchor || grad_positive || grad_negative)) return cudaErrorInvalidValue;
     const TripletOptions opt{margin, eps, swap, reduction};
-    return triplet_rows<THREADS, CACHE>(anchor, positive, negative, grad_anchor, grad_positive, grad_negative,
-                                        row_losses, loss, nullptr, nullptr, 0, N, D, opt, dtype, stream);
+    return dispatch_dtype(dtype, [&](auto tag) {
+        return triplet_rows<decltype(tag), THREADS, CACHE>(anchor, positive, negative, grad_anchor, grad_positive,
+            grad_negative, row_losses, loss, nullptr, nullptr, 0, N, D, opt, stream);
+    });
 }

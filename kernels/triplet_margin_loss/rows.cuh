@@ -8,7 +8,6 @@
 #pragma once
 #include <cstdint>
 #include <math.h>
-#include "common/dispatch.cuh"
 #include "common/last_block.cuh"
 #include "common/reduce.cuh"
 #include "common/row_split.cuh"
@@ -137,11 +136,12 @@ __global__ void __launch_bounds__(THREADS) triplet_rows_kernel(const TripletRows
         r.row_losses[row] = row_loss;
 }
 
-// One launch of the row kernel: N blocks (one row each), the ticket the stream's where the loss is written.
-template <int THREADS, int CACHE>
+// One launch of the row kernel for element type T: N blocks (one row each), the ticket the stream's
+// where the loss is written. The rungs' launchers pick T with dispatch_dtype.
+template <typename T, int THREADS, int CACHE>
 cudaError_t triplet_rows(const void* a, const void* p, const void* n, void* ga, void* gp, void* gn,
                          float* row_losses, void* loss, const void* scalar_grad, const float* grad, int per_row,
-                         int64_t N, int64_t D, TripletOptions opt, DType dtype, cudaStream_t stream) {
+                         int64_t N, int64_t D, TripletOptions opt, cudaStream_t stream) {
     if (N <= 0 || N > INT32_MAX || D <= 0) return cudaErrorInvalidValue;
     unsigned int* ticket = nullptr;
     if (loss != nullptr) {
@@ -149,16 +149,12 @@ cudaError_t triplet_rows(const void* a, const void* p, const void* n, void* ga, 
                                                  reinterpret_cast<void**>(&ticket));
         if (err != cudaSuccess) return err;
     }
-    const float divisor = opt.reduction == TRIPLET_MEAN ? float(N) : 1.0f;
-    return dispatch_dtype(dtype, [&](auto tag) {
-        using T = decltype(tag);
-        const TripletRows<T> r{static_cast<const T*>(a), static_cast<const T*>(p), static_cast<const T*>(n),
-                               static_cast<T*>(ga), static_cast<T*>(gp), static_cast<T*>(gn), row_losses, ticket,
-                               static_cast<T*>(loss), static_cast<const T*>(scalar_grad), grad, per_row, D,
-                               divisor, opt};
-        triplet_rows_kernel<T, THREADS, CACHE><<<static_cast<unsigned int>(N), THREADS, 0, stream>>>(r);
-        return cudaGetLastError();
-    });
+    const TripletRows<T> r{static_cast<const T*>(a), static_cast<const T*>(p), static_cast<const T*>(n),
+                           static_cast<T*>(ga), static_cast<T*>(gp), static_cast<T*>(gn), row_losses, ticket,
+                           static_cast<T*>(loss), static_cast<const T*>(scalar_grad), grad, per_row, D,
+                           opt.reduction == TRIPLET_MEAN ? float(N) : 1.0f, opt};
+    triplet_rows_kernel<T, THREADS, CACHE><<<static_cast<unsigned int>(N), THREADS, 0, stream>>>(r);
+    return cudaGetLastError();
 }
 
 // PyTorch's defaults, the rungs' contract (launchers.h).

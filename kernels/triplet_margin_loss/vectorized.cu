@@ -3,6 +3,7 @@
 // three squared distances reduced with warp shuffles (rows.cuh). Its forward writes the loss only
 // (inference pays for no gradient); its backward reads the rows again and writes dL/danchor (and,
 // through the options launchers, dL/dpositive and dL/dnegative) from the packs it holds.
+#include "common/dispatch.cuh"
 #include "triplet_margin_loss/launchers.h"
 #include "triplet_margin_loss/options.h"
 #include "triplet_margin_loss/rows.cuh"
@@ -23,15 +24,19 @@ static_assert(CACHE >= 1, "LOSSLAB_TRIPLET_MARGIN_LOSS_VECTORIZED_CACHE: at leas
 cudaError_t triplet_margin_loss_vectorized_forward(const void* anchor, const void* positive, const void* negative,
                                                    float* row_losses, void* loss, void* /*grad_anchor: not fused*/,
                                                    int64_t N, int64_t D, DType dtype, cudaStream_t stream) {
-    return triplet_rows<THREADS, CACHE>(anchor, positive, negative, nullptr, nullptr, nullptr, row_losses, loss,
-                                        nullptr, nullptr, 0, N, D, TRIPLET_DEFAULTS, dtype, stream);
+    return dispatch_dtype(dtype, [&](auto tag) {
+        return triplet_rows<decltype(tag), THREADS, CACHE>(anchor, positive, negative, nullptr, nullptr, nullptr,
+            row_losses, loss, nullptr, nullptr, 0, N, D, TRIPLET_DEFAULTS, stream);
+    });
 }
 
 cudaError_t triplet_margin_loss_vectorized_backward(const void* anchor, const void* positive, const void* negative,
                                                     const void* grad_loss, void* grad_anchor, int64_t N, int64_t D,
                                                     DType dtype, cudaStream_t stream) {
-    return triplet_rows<THREADS, CACHE>(anchor, positive, negative, grad_anchor, nullptr, nullptr, nullptr,
-                                        nullptr, grad_loss, nullptr, 0, N, D, TRIPLET_DEFAULTS, dtype, stream);
+    return dispatch_dtype(dtype, [&](auto tag) {
+        return triplet_rows<decltype(tag), THREADS, CACHE>(anchor, positive, negative, grad_anchor, nullptr,
+            nullptr, nullptr, nullptr, grad_loss, nullptr, 0, N, D, TRIPLET_DEFAULTS, stream);
+    });
 }
 
 cudaError_t triplet_margin_loss_vectorized_options_forward(
@@ -40,9 +45,10 @@ cudaError_t triplet_margin_loss_vectorized_options_forward(
         int swap, int reduction, DType dtype, cudaStream_t stream) {
     if (grad_anchor || grad_positive || grad_negative) return cudaErrorInvalidValue;  // fused's
     const TripletOptions opt{margin, eps, swap, reduction};
-    return triplet_rows<THREADS, CACHE>(anchor, positive, negative, nullptr, nullptr, nullptr, row_losses,
-                                        reduction == TRIPLET_NONE ? nullptr : loss, nullptr, nullptr, 0, N, D, opt,
-                                        dtype, stream);
+    return dispatch_dtype(dtype, [&](auto tag) {
+        return triplet_rows<decltype(tag), THREADS, CACHE>(anchor, positive, negative, nullptr, nullptr, nullptr,
+            row_losses, reduction == TRIPLET_NONE ? nullptr : loss, nullptr, nullptr, 0, N, D, opt, stream);
+    });
 }
 
 cudaError_t triplet_margin_loss_vectorized_options_backward(
@@ -50,7 +56,8 @@ cudaError_t triplet_margin_loss_vectorized_options_backward(
         void* grad_positive, void* grad_negative, int64_t N, int64_t D, float margin, float eps, int swap,
         int reduction, DType dtype, cudaStream_t stream) {
     const TripletOptions opt{margin, eps, swap, reduction};
-    return triplet_rows<THREADS, CACHE>(anchor, positive, negative, grad_anchor, grad_positive, grad_negative,
-                                        nullptr, nullptr, nullptr, grad_loss, reduction == TRIPLET_NONE, N, D, opt,
-                                        dtype, stream);
+    return dispatch_dtype(dtype, [&](auto tag) {
+        return triplet_rows<decltype(tag), THREADS, CACHE>(anchor, positive, negative, grad_anchor, grad_positive,
+            grad_negative, nullptr, nullptr, nullptr, grad_loss, reduction == TRIPLET_NONE, N, D, opt, stream);
+    });
 }

@@ -9,7 +9,7 @@ import torch
 
 from losslab.problems.base import HALF_AND_FLOAT
 from losslab.problems.launch import DTYPE_CODES, forward_gradient, gradient_buffer, launch_values, scratch
-from losslab.validation import require_cuda, require_tensor
+from losslab.validation import require_cuda, require_no_grad, require_tensor
 
 KNOWN_DTYPES = HALF_AND_FLOAT  # what the rungs take between them (check_dtype narrows per rung)
 
@@ -20,7 +20,8 @@ def validate_inputs(anchor, positive, negative) -> None:
     Raises:
         TypeError: not a tensor, a dtype no rung takes, or positive/negative of another dtype
             than the anchor.
-        ValueError: not (N, D), empty, shapes differing, or not all on one CUDA device.
+        ValueError: not (N, D), empty, shapes differing, positive or negative requiring grad, or
+            not all on one CUDA device.
     """
     require_tensor("anchor", anchor, dtypes=KNOWN_DTYPES, ndim=2)
     for name, other in (("positive", positive), ("negative", negative)):
@@ -29,6 +30,7 @@ def validate_inputs(anchor, positive, negative) -> None:
             raise ValueError(f"{name}: expected the shape of anchor {tuple(anchor.shape)}, got {tuple(other.shape)}")
         if other.dtype != anchor.dtype:
             raise TypeError(f"{name}: expected the dtype of anchor ({anchor.dtype}), got {other.dtype}")
+        require_no_grad(name, other)  # the rungs give the anchor's gradient; losslab.nn gives all three
     require_cuda(anchor=anchor, positive=positive, negative=negative)
 
 
