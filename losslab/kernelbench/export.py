@@ -225,6 +225,7 @@ def export_solution(problem: str, variant: str) -> str:
             + note.replace("PROBLEM RUNG", f"{problem} {variant}").replace("PROBLEM", problem) + rest[docstring_end:])
     text = _replace_block(text, "reference", f"# ---- the KernelBench problem ----\n\n\n{_after_imports(reference)}")
     text = _replace_block(text, "host", f"\n\n# ---- host code, from losslab ----\n\n{host_code(problem)}\n")
-    text = text.replace("import torch.nn as nn\n", "import torch.nn as nn\nimport torch.nn.functional as F\n", 1)
+    if re.search(r"\bF\.", _after_imports(reference)):  # the reference's own import (ruff rejects an unused one)
+        text = text.replace("import torch.nn as nn\n", "import torch.nn as nn\nimport torch.nn.functional as F\n", 1)
     text = PLACEHOLDER.sub(lambda m: f"{m['name']} = {values[m['name']]}", text)
     return re.sub(r"\n{4,}(?=\S)", "\n\n\n", text)  # at most two blank lines between blocks

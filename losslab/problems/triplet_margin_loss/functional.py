@@ -132,7 +132,8 @@ torch.library.register_autograd(forward_grad, _backward_scale, setup_context=_se
 
 
 def _require_inputs(anchor, positive, negative) -> None:
-    """PyTorch's errors where it has them, losslab's (one line naming the argument) where it computes."""
+    """PyTorch's errors where it has them, losslab's (one line naming the argument) where it computes;
+    the devices last, so that the other mistakes read the same without a GPU."""
     named = (("anchor", anchor), ("positive", positive), ("negative", negative))
     for name, x in named:
         if not isinstance(x, torch.Tensor):
@@ -152,6 +153,7 @@ def _require_inputs(anchor, positive, negative) -> None:
             raise TypeError(f"{name}: expected the anchor's dtype ({anchor.dtype}), got {x.dtype}")
         if x.numel() == 0:
             raise ValueError(f"{name}: expected a non-empty tensor, got shape {tuple(x.shape)}")
+    for name, x in named:
         if not x.is_cuda:
             raise ValueError(f"{name}: losslab's kernels need a CUDA tensor, got a tensor on {x.device}")
     if not anchor.device == positive.device == negative.device:

@@ -50,17 +50,19 @@ class TripletMarginLoss(Problem):
         return anchor.to(dtype), positive.to(dtype), negative.to(dtype)
 
     def structured_inputs(self, shape, *, seed, device="cuda", dtype=torch.float32):
-        """Rows scaled by 0.1 to 20: the positive near the anchor and the negative far (no loss, or a
-        small one), except in the heavy rows, where the two are exchanged (a loss of many units)."""
+        """Rows scaled by 0.1 to 20; the positive within 0.05 x the scale of the anchor and the negative
+        0.95 + 0.1 x the scale away (a loss of at most 0.05), except in the heavy rows, whose positive is
+        a whole scale away in every element (a loss of about scale x sqrt(D))."""
         rows, cols = shape
         gen = torch.Generator(device=device).manual_seed(seed)
         normal = lambda: torch.randn(rows, cols, generator=gen, device=device)  # noqa: E731
         heavy = heavy_rows(rows, gen, device)
         scale = 10 ** torch.empty(rows, 1, device=device).uniform_(-1, 1.3, generator=gen)
         anchor = normal() * scale
-        positive = anchor + 0.05 * scale * normal()
-        negative = anchor + 0.05 * scale * normal() + scale / cols ** 0.5  # a shift of norm `scale`: d(a, n) > d(a, p)
-        positive[heavy], negative[heavy] = negative[heavy] + 2 * scale[heavy] * normal()[heavy], positive[heavy]
+        near = 0.05 * scale / cols ** 0.5  # per element: a difference of norm 0.05 x the scale
+        positive = anchor + near * normal()
+        negative = anchor + near * normal() + (0.95 + 0.1 * scale) / cols ** 0.5
+        positive[heavy] = anchor[heavy] + scale[heavy] * normal()[heavy]
         return anchor.to(dtype), positive.to(dtype), negative.to(dtype)
 
     def validate(self, anchor, positive, negative) -> None:
