@@ -33,7 +33,7 @@ class TripletMarginLoss(Problem):
         "narrow": (3, 1000),
         "scalar": (1, 1),
     }
-    sweep_shapes = ((128, 8192), (2048, 8192), (8192, 8192), (32768, 8192), (4096, 65536))
+    sweep_shapes = ((128, 8192), (2048, 8192), (8192, 8192), (32768, 8192), (2048, 131072))
 
     def reference(self, anchor: torch.Tensor, positive: torch.Tensor, negative: torch.Tensor) -> torch.Tensor:
         return F.triplet_margin_loss(anchor, positive, negative, margin=MARGIN)
@@ -50,20 +50,25 @@ class TripletMarginLoss(Problem):
         return anchor.to(dtype), positive.to(dtype), negative.to(dtype)
 
     def structured_inputs(self, shape, *, seed, device="cuda", dtype=torch.float32):
-        """Rows scaled by 0.1 to 20; the positive within 0.05 x the scale of the anchor and the negative
-        0.95 + 0.1 x the scale away (a loss of at most 0.05), except in the heavy rows, whose positive is
-        a whole scale away in every element (a loss of about scale x sqrt(D))."""
+        """Anchors scaled by 0.1 to 20 per row; in every row the positive 4 from the anchor and the
+        negative 4.99 (a loss of 0.01 beside distances of 4 and 5: the cancellation, a condition number
+        of about 40), except in the heavy rows, whose positive is 10 away and negative 0.5 (a loss of
+        10.5: most of the mean). Directions at random."""
         rows, cols = shape
         gen = torch.Generator(device=device).manual_seed(seed)
         normal = lambda: torch.randn(rows, cols, generator=gen, device=device)  # noqa: E731
+
+        def direction():  # unit rows
+            d = normal()
+            return d / d.norm(dim=1, keepdim=True)
+
         heavy = heavy_rows(rows, gen, device)
         scale = 10 ** torch.empty(rows, 1, device=device).uniform_(-1, 1.3, generator=gen)
         anchor = normal() * scale
-        near = 0.05 * scale / cols ** 0.5  # per element: a difference of norm 0.05 x the scale
-        positive = anchor + near * normal()
-        negative = anchor + near * normal() + (0.95 + 0.1 * scale) / cols ** 0.5
-        positive[heavy] = anchor[heavy] + scale[heavy] * normal()[heavy]
-        return anchor.to(dtype), positive.to(dtype), negative.to(dtype)
+        far = torch.full((rows, 1), 4.0, device=device)
+        farther = far + 0.99
+        far[heavy], farther[heavy] = 10.0, 0.5
+        return (anchor.to(dtype), (anchor + far * direction()).to(dtype), (anchor + farther * direction()).to(dtype))
 
     def validate(self, anchor, positive, negative) -> None:
         validate_inputs(anchor, positive, negative)
