@@ -10,6 +10,7 @@ torch.compile(fullgraph=True) and CUDA graphs; one backward per fused forward.
 """
 import importlib.util
 import inspect
+import shutil
 
 import pytest
 import torch
@@ -19,7 +20,9 @@ import losslab.nn
 import losslab.nn.functional as LF
 from losslab import problems
 from losslab.problems.triplet_margin_loss import functional as tml
+from losslab.teach.simulator import build as sim_build
 from losslab.teach.simulator import cases as sim_cases
+from losslab.teach.simulator import run as sim_run
 
 TRIPLET = problems.get("triplet_margin_loss")
 
@@ -130,6 +133,44 @@ def test_condition_follows_the_cancellation_of_the_two_distances():
     magnitude, total = TRIPLET.condition_parts(a, p, n)
     assert total == pytest.approx(TRIPLET.reference(a, p, n).item() * 64)
     assert magnitude / total > 20  # distances of about 40 whose difference is about 1
+
+
+# The operators' row kernel (rows.cuh) as the simulator's custom launchers, float32, at 64 threads and 2 packs
+# held a thread (rows of 1000 then read their rest again for the gradient): FORWARD_GRAD says whether the
+# forward writes the gradient (fused's; its backward then scales it) or the backward reads the rows again.
+ROW_KERNEL = """
+#include "common/scale.cuh"
+#include "triplet_margin_loss/launchers.h"
+#include "triplet_margin_loss/rows.cuh"
+
+cudaError_t triplet_margin_loss_custom_forward(const void* a, const void* p, const void* n, float* row_losses,
+                                               void* loss, void* grad_anchor, int64_t N, int64_t D, DType dtype,
+                                               cudaStream_t stream) {
+    return triplet_rows<float, 64, 2>(a, p, n, FORWARD_GRAD ? grad_anchor : nullptr, nullptr, nullptr, row_losses,
+                                      loss, nullptr, nullptr, 0, N, D, TRIPLET_DEFAULTS, stream);
+}
+
+cudaError_t triplet_margin_loss_custom_backward(const void* a, const void* p, const void* n, const void* grad_loss,
+                                                void* grad_anchor, int64_t N, int64_t D, DType dtype,
+                                                cudaStream_t stream) {
+    if (FORWARD_GRAD) return scale_in_place(grad_anchor, grad_loss, N * D, dtype, stream);
+    return triplet_rows<float, 64, 2>(a, p, n, grad_anchor, nullptr, nullptr, nullptr, nullptr, grad_loss, nullptr,
+                                      0, N, D, TRIPLET_DEFAULTS, stream);
+}
+"""
+
+
+@pytest.mark.skipif(shutil.which(sim_build.CXX) is None, reason=f"the CPU simulator needs {sim_build.CXX}")
+@pytest.mark.parametrize("forward_grad", [False, True], ids=["vectorized", "fused"])
+def test_operators_row_kernel_matches_float64_on_the_cpu_simulator(forward_grad):
+    source = f"#define FORWARD_GRAD {int(forward_grad)}\n" + ROW_KERNEL
+    outcome = sim_run.run(source, TRIPLET.name, label="rows.cuh", order="reverse")
+    assert outcome.compiled, outcome.compile_error
+    for r in outcome.results:
+        ref = sim_cases.triplet_reference(r.case)
+        assert r.failure is None and (r.forward_status, r.backward_status) == (0, 0), (r.case.name, r.failure)
+        assert r.loss == pytest.approx(ref["loss"][0], rel=1e-6), r.case.name
+        assert abs(r.grad - ref["grad"]).max() <= 1e-6 * abs(ref["grad"]).max() + 1e-9, r.case.name
 
 
 # --- cpu tier: the public API -------------------------------------------------------------------
