@@ -136,41 +136,49 @@ def test_condition_follows_the_cancellation_of_the_two_distances():
 
 
 # The operators' row kernel (rows.cuh) as the simulator's custom launchers, float32, at 64 threads and 2 packs
-# held a thread (rows of 1000 then read their rest again for the gradient): FORWARD_GRAD says whether the
-# forward writes the gradient (fused's; its backward then scales it) or the backward reads the rows again.
+# held a thread (rows of 1000 then read their rest again for the gradient). FORWARD_GRAD: the forward writes
+# the gradient (fused's; its backward then scales it), else the backward reads the rows again; WHICH: the
+# gradient written into the driver's buffer (0 anchor, 1 positive, 2 negative); SWAP: swap's distance.
 ROW_KERNEL = """
 #include "common/scale.cuh"
 #include "triplet_margin_loss/launchers.h"
 #include "triplet_margin_loss/rows.cuh"
 
+constexpr TripletOptions OPTIONS{1.0f, 1e-6f, SWAP, TRIPLET_MEAN};
+
 cudaError_t triplet_margin_loss_custom_forward(const void* a, const void* p, const void* n, float* row_losses,
-                                               void* loss, void* grad_anchor, int64_t N, int64_t D, DType dtype,
+                                               void* loss, void* grad, int64_t N, int64_t D, DType dtype,
                                                cudaStream_t stream) {
-    return triplet_rows<float, 64, 2>(a, p, n, FORWARD_GRAD ? grad_anchor : nullptr, nullptr, nullptr, row_losses,
-                                      loss, nullptr, nullptr, 0, N, D, TRIPLET_DEFAULTS, stream);
+    void* g = FORWARD_GRAD ? grad : nullptr;
+    return triplet_rows<float, 64, 2>(a, p, n, WHICH == 0 ? g : nullptr, WHICH == 1 ? g : nullptr,
+                                      WHICH == 2 ? g : nullptr, row_losses, loss, nullptr, nullptr, 0, N, D, OPTIONS,
+                                      stream);
 }
 
 cudaError_t triplet_margin_loss_custom_backward(const void* a, const void* p, const void* n, const void* grad_loss,
-                                                void* grad_anchor, int64_t N, int64_t D, DType dtype,
-                                                cudaStream_t stream) {
-    if (FORWARD_GRAD) return scale_in_place(grad_anchor, grad_loss, N * D, dtype, stream);
-    return triplet_rows<float, 64, 2>(a, p, n, grad_anchor, nullptr, nullptr, nullptr, nullptr, grad_loss, nullptr,
-                                      0, N, D, TRIPLET_DEFAULTS, stream);
+                                                void* grad, int64_t N, int64_t D, DType dtype, cudaStream_t stream) {
+    if (FORWARD_GRAD) return scale_in_place(grad, grad_loss, N * D, dtype, stream);
+    return triplet_rows<float, 64, 2>(a, p, n, WHICH == 0 ? grad : nullptr, WHICH == 1 ? grad : nullptr,
+                                      WHICH == 2 ? grad : nullptr, nullptr, nullptr, grad_loss, nullptr, 0, N, D,
+                                      OPTIONS, stream);
 }
 """
 
 
 @pytest.mark.skipif(shutil.which(sim_build.CXX) is None, reason=f"the CPU simulator needs {sim_build.CXX}")
-@pytest.mark.parametrize("forward_grad", [False, True], ids=["vectorized", "fused"])
-def test_operators_row_kernel_matches_float64_on_the_cpu_simulator(forward_grad):
-    source = f"#define FORWARD_GRAD {int(forward_grad)}\n" + ROW_KERNEL
+@pytest.mark.parametrize("forward_grad, which, swap", [(False, 0, False), (True, 0, False), (False, 1, True),
+                                                       (True, 2, True)])
+def test_operators_row_kernel_matches_float64_on_the_cpu_simulator(forward_grad, which, swap):
+    source = f"#define FORWARD_GRAD {int(forward_grad)}\n#define WHICH {which}\n#define SWAP {int(swap)}\n" + ROW_KERNEL
     outcome = sim_run.run(source, TRIPLET.name, label="rows.cuh", order="reverse")
     assert outcome.compiled, outcome.compile_error
     for r in outcome.results:
-        ref = sim_cases.triplet_reference(r.case)
         assert r.failure is None and (r.forward_status, r.backward_status) == (0, 0), (r.case.name, r.failure)
-        assert r.loss == pytest.approx(ref["loss"][0], rel=1e-6), r.case.name
-        assert abs(r.grad - ref["grad"]).max() <= 1e-6 * abs(ref["grad"]).max() + 1e-9, r.case.name
+        inputs = [torch.from_numpy(r.case.row_view(k).copy()).double() for k in range(3)]
+        loss = F.triplet_margin_loss(*inputs, swap=swap)
+        grad = torch_gradients(*inputs, swap=swap)[which].reshape(-1).numpy() * r.case.grad_loss
+        assert r.loss == pytest.approx(loss.item(), rel=1e-6), r.case.name
+        assert abs(r.grad - grad).max() <= 1e-6 * abs(grad).max() + 1e-9, r.case.name
 
 
 # --- cpu tier: the public API -------------------------------------------------------------------
