@@ -270,20 +270,22 @@ MAX_VALIDATED = 64  # metadata keys remembered per variant
 
 
 def metadata_key(inputs: tuple) -> tuple | None:
-    """What the input checks of a two-tensor problem read (type, dtype, shape, device, and
-    whether the second requires grad), as a hashable key, or None for other inputs.
+    """What the input checks of a problem of tensors read (type, dtype, shape, device of each, and
+    whether any but the first requires grad), as a hashable key, or None for other inputs.
 
     The checks (``Problem.validate``, ``check_dtype``) read only these, so inputs with a key
     that passed once pass again: a call then costs a key instead of the checks (about 1
     against 3 us of host time). The values (a target's range) are not part of it.
     """
-    if len(inputs) != 2:
+    if len(inputs) < 2:
         return None
-    first, second = inputs
-    if first.__class__ is not torch.Tensor or second.__class__ is not torch.Tensor:
-        return None
-    return (first.dtype, first.shape, first.device, second.dtype, second.shape, second.device,
-            second.requires_grad)
+    key = []
+    for x in inputs:  # a loop, not generators: this is most of a small call's host time
+        if x.__class__ is not torch.Tensor:
+            return None
+        key += (x.dtype, x.shape, x.device, x.requires_grad)
+    key[3] = None  # the first input's requires_grad: the checks do not read it
+    return tuple(key)
 
 
 def variant(problem: str, name: str, *, strict: bool | None = None,
@@ -338,7 +340,8 @@ def checked_loss(spec: problems.Problem, rung: problems.Rung, ops: RungOps, stri
         if key is None or key not in validated:
             if inputs and isinstance(inputs[0], torch.Tensor) and inputs[0].dtype not in dtypes:
                 allowed = ", ".join(str(d) for d in dtypes)
-                raise TypeError(f"predictions: {spec.name} {rung.name} takes dtype {allowed}, got {inputs[0].dtype}")
+                raise TypeError(f"{spec.input_names[0]}: {spec.name} {rung.name} takes dtype {allowed}, "
+                                f"got {inputs[0].dtype}")
             spec.validate(*inputs)
             if key is not None and len(validated) < MAX_VALIDATED:
                 validated.add(key)

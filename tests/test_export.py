@@ -130,7 +130,7 @@ def test_exported_model_and_inputs_are_the_problems(tmp_path, problem):
     path.write_text(export_solution(problem, spec.variants[0]))
     module = load_module(path)
     assert (module.batch_size, *module.input_shape) == spec.sizes["seed"]
-    assert module.get_init_inputs() == []
+    init = module.get_init_inputs()  # KernelBench's Model(*init): [] or, for the triplet loss, its margin
     # small, so the test stays quick; KernelBench's hinge loss draws its (D,) targets with batch_size
     # elements (its file is consistent only where B == D, as at its size)
     rows, cols = (33, 33) if problem == "hinge_loss" else (7, 33)
@@ -140,19 +140,23 @@ def test_exported_model_and_inputs_are_the_problems(tmp_path, problem):
     inputs = module.get_inputs()
     mine = spec.make_inputs((rows, cols), seed=0, device="cpu")
     assert [(x.shape, x.dtype) for x in inputs] == [(x.shape, x.dtype) for x in mine]
-    torch.testing.assert_close(module.Model()(*inputs), spec.reference(*inputs))
+    torch.testing.assert_close(module.Model(*init)(*inputs), spec.reference(*inputs))
 
 
 @pytest.mark.parametrize("problem", problems.names())
 def test_exported_model_new_checks_its_inputs_before_any_build(tmp_path, problem):
+    spec = problems.get(problem)
     path = tmp_path / "solution.py"
-    path.write_text(export_solution(problem, "naive"))
+    path.write_text(export_solution(problem, spec.variants[0]))
     module = load_module(path)
-    inputs = problems.get(problem).make_inputs((4, 8), seed=0, device="cpu")
-    with pytest.raises(ValueError, match="predictions: expected a CUDA tensor"):
+    inputs = spec.make_inputs((4, 8), seed=0, device="cpu")
+    first = spec.input_names[0]
+    with pytest.raises(ValueError, match=f"{first}: expected a CUDA tensor"):
         module.ModelNew.forward(None, *inputs)  # no __init__: nothing is built
-    with pytest.raises(TypeError, match="predictions: expected a torch.Tensor"):
-        module.ModelNew.forward(None, inputs[0].tolist(), inputs[1])
+    with pytest.raises(TypeError, match=f"{first}: expected a torch.Tensor"):
+        module.ModelNew.forward(None, inputs[0].tolist(), *inputs[1:])
+    with pytest.raises(ValueError, match="ModelNew: the kernels compute Model"):
+        module.ModelNew(*module.get_init_inputs(), 2.0)  # other init inputs than KernelBench's: refused
 
 
 # --- cpu tier: the command line ----------------------------------------------------------------

@@ -23,6 +23,8 @@ DEFAULTS = {
     ("hinge_loss", "naive"): {"THREADS": 256}, ("hinge_loss", "shared_memory"): {"THREADS": 256},
     ("hinge_loss", "warp_shuffle"): {"THREADS": 256}, ("hinge_loss", "vectorized"): {"THREADS": 256, "UNROLL": 4},
     ("hinge_loss", "fused"): {"THREADS": 256, "UNROLL": 4},
+    ("triplet_margin_loss", "vectorized"): {"THREADS": 512, "CACHE": 4},
+    ("triplet_margin_loss", "fused"): {"THREADS": 512, "CACHE": 4},
 }
 THREADS_128 = (("LOSSLAB_KL_DIV_VECTORIZED_THREADS", 128),)
 

@@ -23,6 +23,8 @@ from losslab.problems import cross_entropy as ce_host
 from losslab.problems import hinge_loss as hinge_host
 from losslab.problems import kl_div as kl_host
 from losslab.problems.hinge_loss.functional import hinge_loss  # noqa: F401  (losslab's own: PyTorch has none)
+from losslab.problems.triplet_margin_loss.functional import PROBLEM as TRIPLET
+from losslab.problems.triplet_margin_loss.functional import triplet_margin_loss  # noqa: F401  (its package's)
 
 FLOATS = (torch.float32, torch.bfloat16, torch.float16)
 # The rung table: True runs fused (cluster in the canonical case) when a gradient will be
@@ -288,7 +290,8 @@ def on_problem(problem: str) -> Callable[..., torch.Tensor]:
     """
     calls = {ce_host.PROBLEM.name: lambda x, t: cross_entropy(x, t),
              kl_host.PROBLEM.name: lambda p, t: kl_div(torch.log(p), t, reduction="batchmean"),
-             hinge_host.PROBLEM.name: hinge_loss}
+             hinge_host.PROBLEM.name: hinge_loss,
+             TRIPLET.name: lambda a, p, n: triplet_margin_loss(a, p, n)}
     if problem not in calls:
         raise ValueError(f"problem: losslab.nn.functional has no function for {problem!r}")
     return calls[problem]

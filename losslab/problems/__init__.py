@@ -11,7 +11,8 @@ a binding ``losslab/build/csrc/<name>.cpp``; nothing else changes.
 """
 from __future__ import annotations
 
-from losslab.problems import cross_entropy, hinge_loss, kl_div
+import importlib
+
 from losslab.problems.base import (
     DIRECTIONS,
     FLOAT32,
@@ -24,7 +25,14 @@ from losslab.problems.base import (
     misaligned_view,
 )
 
-_PROBLEMS: dict[str, Problem] = {m.PROBLEM.name: m.PROBLEM for m in (kl_div, cross_entropy, hinge_loss)}
+# The registry: one line per loss package, in the order the workbook presents them.
+REGISTRY = (
+    "kl_div",
+    "cross_entropy",
+    "hinge_loss",
+    "triplet_margin_loss",
+)
+_PROBLEMS: dict[str, Problem] = {name: importlib.import_module(f"{__name__}.{name}").PROBLEM for name in REGISTRY}
 
 __all__ = ["DIRECTIONS", "FLOAT32", "HALF_AND_FLOAT", "HEAVY_EVERY", "LADDER", "Cost", "Problem", "Rung", "get",
            "misaligned_view", "names"]

@@ -1,5 +1,5 @@
 """The inputs the simulator runs a problem's launchers on, and their float64 references
-(kl_div, cross_entropy and hinge_loss; ``PROBLEMS`` maps a problem to its :class:`ProblemSpec`).
+(kl_div, cross_entropy, hinge_loss and triplet_margin_loss; ``PROBLEMS`` maps a problem to its :class:`ProblemSpec`).
 
 A :class:`Case` holds the inputs as they lie in memory: flat float32 storage with an offset
 in elements from a 16-byte boundary, so a misaligned view is one case among others. Standard
@@ -14,10 +14,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from losslab.problems import cross_entropy, hinge_loss, kl_div
+from losslab.problems import cross_entropy, hinge_loss, kl_div, triplet_margin_loss
 
 KL_DIV, CROSS_ENTROPY = kl_div.PROBLEM.name, cross_entropy.PROBLEM.name  # the losses with cases here
 HINGE_LOSS = hinge_loss.PROBLEM.name
+TRIPLET = triplet_margin_loss.PROBLEM.name
 
 
 @dataclass
@@ -236,6 +237,72 @@ def hinge_loss_reference(case: Case) -> dict[str, np.ndarray]:
     return {"rows": rows, "loss": np.array([rows.sum() / p.size]), "grad": grad.reshape(-1)}
 
 
+@dataclass
+class TripletCase(Case):
+    """A triplet_margin_loss case: ``p`` holds the anchor's storage (from ``offset_p``), ``t`` the
+    positive's (from ``offset_t``, ``offset_t + B * D`` elements) followed by the negative's (from
+    ``offset_n``), so the input file is the three in order."""
+
+    offset_n: int = 0
+
+    def row_view(self, which: int) -> np.ndarray:
+        """(B, D) float32 view of the anchor (0), the positive (1) or the negative (2)."""
+        if which == 0:
+            return self.predictions
+        start = 0 if which == 1 else self.offset_t + self.B * self.D
+        offset = self.offset_t if which == 1 else self.offset_n
+        return self.t[start + offset:start + offset + self.B * self.D].reshape(self.B, self.D)
+
+
+def triplet_case(name: str, B: int, D: int, seed: int, offsets: tuple[int, int, int] = (0, 0, 0)) -> TripletCase:
+    """KernelBench-like inputs (the anchor uniform in [0, 0.5), the positive and the negative in
+    [0, 1)) stored after ``offsets`` elements each: some rows have a loss, some none."""
+    rng = np.random.default_rng(seed)
+    oa, op, on = offsets
+    a = (0.5 * rng.random(oa + B * D)).astype(np.float32)
+    t = np.concatenate([rng.random(op + B * D), rng.random(on + B * D)]).astype(np.float32)
+    return TripletCase(name, B, D, a, t, oa, op, grad_loss=0.75, offset_n=on)
+
+
+def triplet_cases() -> list[Case]:
+    """triplet_margin_loss's standard cases: aligned, odd width, one element, a view one element past a
+    16-byte boundary, the three inputs at different offsets, and every input zero (both distances
+    eps * sqrt(D): the loss is the margin, the gradient zero)."""
+    zeros = triplet_case("every input zero (2 x 64)", 2, 64, seed=5)
+    zeros.p[:] = 0.0
+    zeros.t[:] = 0.0
+    return [
+        triplet_case("3 x 1000", 3, 1000, seed=0),
+        triplet_case("2 x 37 (odd width)", 2, 37, seed=1),
+        triplet_case("1 x 1", 1, 1, seed=9),
+        triplet_case("misaligned view (3 x 1000, one element past a 16-byte boundary)", 3, 1000, seed=3,
+                     offsets=(1, 1, 1)),
+        triplet_case("the three at different offsets (2 x 300)", 2, 300, seed=4, offsets=(1, 2, 3)),
+        triplet_case("8 x 20 (rows with and without a loss)", 8, 20, seed=6),
+        zeros,
+    ]
+
+
+def triplet_reference(case: TripletCase) -> dict[str, np.ndarray]:
+    """float64 ``rows`` (B,), ``loss`` (1,) = their mean and ``grad`` (B*D,) = dL/danchor for
+    ``case.grad_loss``, with PyTorch's conventions (clamp_min passes no gradient at 0, a zero distance none)."""
+    a, p, n = (case.row_view(k).astype(np.float64) for k in range(3))
+    u, v = a - p + triplet_margin_loss.EPS, a - n + triplet_margin_loss.EPS
+    d_ap, d_an = np.sqrt((u * u).sum(axis=1)), np.sqrt((v * v).sum(axis=1))
+    x = triplet_margin_loss.MARGIN + d_ap - d_an
+    rows = np.where(x < 0, 0.0, x)
+    g = np.where(x > 0, case.grad_loss / case.B, 0.0)
+    c_ap = np.divide(g, d_ap, out=np.zeros_like(g), where=d_ap != 0)
+    c_an = np.divide(-g, d_an, out=np.zeros_like(g), where=d_an != 0)
+    grad = c_ap[:, None] * u + c_an[:, None] * v
+    return {"rows": rows, "loss": np.array([rows.mean()]), "grad": grad.reshape(-1)}
+
+
+def triplet_manifest_line(i: int, case: TripletCase, path: str) -> str:
+    """The driver's manifest line (drivers/triplet_margin_loss.cpp)."""
+    return f"case{i} {case.B} {case.D} {case.offset_p} {case.offset_t} {case.offset_n} {case.grad_loss!r} {path}"
+
+
 @dataclass(frozen=True)
 class ProblemSpec:
     """What the simulator needs of a problem: its cases, float64 reference and manifest line,
@@ -252,4 +319,5 @@ PROBLEMS = {
     CROSS_ENTROPY: ProblemSpec(cross_entropy_cases, cross_entropy_reference, cross_entropy_manifest_line,
                                  (("row_max", np.float32), ("row_log_sum", np.float32), ("counts", np.int64))),
     HINGE_LOSS: ProblemSpec(hinge_loss_cases, hinge_loss_reference, kl_div_manifest_line),
+    TRIPLET: ProblemSpec(triplet_cases, triplet_reference, triplet_manifest_line),
 }
