@@ -1,0 +1,4 @@
+// shared_memory: the teaching ladder's rung (ladder/shared_memory.cu) as the operator, unchanged: float32,
+// dL/dp only. Its idea and its flaw are in that file's header; the operators' own work
+// starts at vectorized (every dtype, the targets' gradient, one-kernel forwards).
+#include "cosine_similarity_loss/ladder/shared_memory.cu"
