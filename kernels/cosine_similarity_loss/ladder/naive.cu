@@ -55,7 +55,8 @@ cudaError_t cosine_similarity_loss_naive_forward(
     const void* predictions, const void* targets, float* row_dots, float* row_partials, void* loss,
     void* /*grad_predictions: not fused*/, void* grad_targets, int64_t B, int64_t D, float eps, DType dtype,
     cudaStream_t stream) {
-    if (dtype != DType::float32 || grad_targets) return cudaErrorInvalidValue;  // a teaching rung: float32, dL/dp
+    if (dtype != DType::float32) return cudaErrorInvalidValue;  // a teaching rung: float32 only
+    if (grad_targets) return cudaErrorInvalidValue;             // and dL/dp only
     const int64_t blocks = (B + THREADS - 1) / THREADS;  // one thread per row
     forward_kernel<<<blocks, THREADS, 0, stream>>>(static_cast<const float*>(predictions),
                                                    static_cast<const float*>(targets), row_dots, row_partials,
@@ -68,7 +69,8 @@ cudaError_t cosine_similarity_loss_naive_backward(
     const void* predictions, const void* targets, const float* row_dots, const void* grad_loss,
     void* grad_predictions, void* grad_targets, int64_t B, int64_t D, float eps, DType dtype,
     cudaStream_t stream) {
-    if (dtype != DType::float32 || grad_targets) return cudaErrorInvalidValue;  // a teaching rung: float32, dL/dp
+    if (dtype != DType::float32) return cudaErrorInvalidValue;  // a teaching rung: float32 only
+    if (grad_targets) return cudaErrorInvalidValue;             // and dL/dp only
     const int64_t blocks = (B + THREADS - 1) / THREADS;  // one thread per row
     backward_kernel<<<blocks, THREADS, 0, stream>>>(static_cast<const float*>(predictions),
                                                     static_cast<const float*>(targets), row_dots,

@@ -36,6 +36,22 @@ __device__ __forceinline__ Dots block_dots(Dots d) {
     return block;
 }
 
+// One row's dL/dp from its coefficients, k_other * t + k_p * p: float4 loads and stores.
+__device__ __forceinline__ void row_grad(const RowCosine& c, const float* p, const float* t, float* g, int64_t D) {
+    const RowSplit s = split_row(D, p, t, g);  // no packs unless p, t and g are equally aligned
+    const float4* p4 = reinterpret_cast<const float4*>(p + s.head);
+    const float4* t4 = reinterpret_cast<const float4*>(t + s.head);
+    float4* g4 = reinterpret_cast<float4*>(g + s.head);
+    auto grad = [&](float pj, float tj) { return c.k_other * tj + c.k_p * pj; };
+#pragma unroll 4
+    for (int64_t k = threadIdx.x; k < s.packs; k += THREADS) {
+        const float4 a = p4[k], b = t4[k];
+        g4[k] = make_float4(grad(a.x, b.x), grad(a.y, b.y), grad(a.z, b.z), grad(a.w, b.w));
+    }
+    for (int64_t j = threadIdx.x; j < s.head; j += THREADS) g[j] = grad(p[j], t[j]);
+    for (int64_t j = s.head + 4 * s.packs + threadIdx.x; j < D; j += THREADS) g[j] = grad(p[j], t[j]);
+}
+
 __global__ void __launch_bounds__(THREADS) forward_kernel(
     const float* __restrict__ predictions,  // (B, D)
     const float* __restrict__ targets,      // (B, D)
@@ -63,7 +79,7 @@ __global__ void __launch_bounds__(THREADS) forward_kernel(
     row_partials[row] = 1.0f - row_cosine(d.pt, d.pp, d.tt, eps, 0.0f).cos;
 }
 
-// dL/dp = -grad_loss / B * dcos/dp, from the row's dots: k_other * t + k_p * p.
+// dL/dp = -grad_loss / B * dcos/dp, from the row's dots.
 __global__ void __launch_bounds__(THREADS) backward_kernel(
     const float* __restrict__ predictions,  // (B, D)
     const float* __restrict__ targets,      // (B, D)
@@ -74,21 +90,7 @@ __global__ void __launch_bounds__(THREADS) backward_kernel(
     const int64_t row = blockIdx.x;  // one block per row
     const RowCosine c = row_cosine(row_dots[row], row_dots[B + row], row_dots[2 * B + row], eps,
                                    -*grad_loss / float(B));
-    const float* p = predictions + row * D;
-    const float* t = targets + row * D;
-    float* g = grad_predictions + row * D;
-    const RowSplit s = split_row(D, p, t, g);  // no packs unless p, t and g are equally aligned
-    const float4* p4 = reinterpret_cast<const float4*>(p + s.head);
-    const float4* t4 = reinterpret_cast<const float4*>(t + s.head);
-    float4* g4 = reinterpret_cast<float4*>(g + s.head);
-    auto grad = [&](float pj, float tj) { return c.k_other * tj + c.k_p * pj; };
-#pragma unroll 4
-    for (int64_t k = threadIdx.x; k < s.packs; k += THREADS) {
-        const float4 a = p4[k], b = t4[k];
-        g4[k] = make_float4(grad(a.x, b.x), grad(a.y, b.y), grad(a.z, b.z), grad(a.w, b.w));
-    }
-    for (int64_t j = threadIdx.x; j < s.head; j += THREADS) g[j] = grad(p[j], t[j]);
-    for (int64_t j = s.head + 4 * s.packs + threadIdx.x; j < D; j += THREADS) g[j] = grad(p[j], t[j]);
+    row_grad(c, predictions + row * D, targets + row * D, grad_predictions + row * D, D);
 }
 
 }  // namespace
@@ -97,7 +99,8 @@ cudaError_t cosine_similarity_loss_vectorized_forward(
     const void* predictions, const void* targets, float* row_dots, float* row_partials, void* loss,
     void* /*grad_predictions: not fused*/, void* grad_targets, int64_t B, int64_t D, float eps, DType dtype,
     cudaStream_t stream) {
-    if (dtype != DType::float32 || grad_targets) return cudaErrorInvalidValue;  // a teaching rung: float32, dL/dp
+    if (dtype != DType::float32) return cudaErrorInvalidValue;  // a teaching rung: float32 only
+    if (grad_targets) return cudaErrorInvalidValue;             // and dL/dp only
     const int64_t blocks = B;  // one block per row
     forward_kernel<<<blocks, THREADS, 0, stream>>>(static_cast<const float*>(predictions),
                                                    static_cast<const float*>(targets), row_dots, row_partials,
@@ -110,7 +113,8 @@ cudaError_t cosine_similarity_loss_vectorized_backward(
     const void* predictions, const void* targets, const float* row_dots, const void* grad_loss,
     void* grad_predictions, void* grad_targets, int64_t B, int64_t D, float eps, DType dtype,
     cudaStream_t stream) {
-    if (dtype != DType::float32 || grad_targets) return cudaErrorInvalidValue;  // a teaching rung: float32, dL/dp
+    if (dtype != DType::float32) return cudaErrorInvalidValue;  // a teaching rung: float32 only
+    if (grad_targets) return cudaErrorInvalidValue;             // and dL/dp only
     const int64_t blocks = B;  // one block per row
     backward_kernel<<<blocks, THREADS, 0, stream>>>(static_cast<const float*>(predictions),
                                                     static_cast<const float*>(targets), row_dots,
