@@ -19,8 +19,10 @@ from torch.nn import _reduction
 
 from losslab.linear_cross_entropy import linear_cross_entropy  # noqa: F401  (PyTorch 2.13's, chunked)
 from losslab.nn import operators
+from losslab.problems import cosine_similarity_loss as cs_host
 from losslab.problems import cross_entropy as ce_host
 from losslab.problems import kl_div as kl_host
+from losslab.problems.cosine_similarity_loss.functional import cosine_similarity, cosine_similarity_loss  # noqa: F401
 
 FLOATS = (torch.float32, torch.bfloat16, torch.float16)
 # The rung table: True runs fused (cluster in the canonical case) when a gradient will be
@@ -285,7 +287,8 @@ def on_problem(problem: str) -> Callable[..., torch.Tensor]:
         ValueError: no function here for ``problem``.
     """
     calls = {ce_host.PROBLEM.name: lambda x, t: cross_entropy(x, t),
-             kl_host.PROBLEM.name: lambda p, t: kl_div(torch.log(p), t, reduction="batchmean")}
+             kl_host.PROBLEM.name: lambda p, t: kl_div(torch.log(p), t, reduction="batchmean"),
+             cs_host.PROBLEM.name: lambda p, t: cosine_similarity_loss(p, t)}
     if problem not in calls:
         raise ValueError(f"problem: losslab.nn.functional has no function for {problem!r}")
     return calls[problem]

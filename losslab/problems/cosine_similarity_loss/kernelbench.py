@@ -11,7 +11,7 @@ class Model(nn.Module):
         None
     """
     def __init__(self):
-        super(Model, self).__init__()
+        super().__init__()
 
     def forward(self, predictions, targets):
         cosine_sim = torch.nn.functional.cosine_similarity(predictions, targets, dim=1)
