@@ -5,6 +5,7 @@
 //     backward. 16-byte accesses must be aligned: a row that does not start on a 16-byte
 //     boundary (odd D, a sliced input) takes a scalar head up to the first boundary, and
 //     a scalar tail ends it (common/row_split.cuh: no packs unless the rows share an offset).
+// not faster: forward (DRAM-bound either way where the compiler unrolled warp_shuffle's loads)
 #include "common/row_split.cuh"
 #include "common/sum_partials.cuh"
 #include "cosine_similarity_loss/cosine.cuh"

@@ -5,7 +5,8 @@
 //     butterflies (no shared memory, no barrier), then one shared slot per warp and a
 //     single barrier finish the block. The row loop is shared_memory's, line for line;
 //     the backward has nothing to reduce: it is shared_memory's.
-// not faster: forward_backward (the backward, shared_memory's own kernel, is most of it)
+// not faster: forward, forward_backward (one reduction ends each row's 64 KiB of loads at the
+//   seed size: DRAM-bound either way; the backward is shared_memory's own kernel)
 #include "common/sum_partials.cuh"
 #include "cosine_similarity_loss/cosine.cuh"
 #include "cosine_similarity_loss/ladder/ladder.h"
