@@ -57,8 +57,10 @@ __device__ __forceinline__ void scalar_grads(const RowCosine& c, const T* p, con
     if (gt) gt[j] = from_float<T>(grad_t(c, pj, tj));
 }
 
+// At most 64 registers a thread up to a tile of 4 (65536 / 64 / THREADS blocks an SM): the 16-bit
+// kernels took 99 without the bound, one 512-thread block an SM, half the bytes in flight; none spills.
 template <typename T, int THREADS, int TILE, bool GRAD>
-__global__ void __launch_bounds__(THREADS)
+__global__ void __launch_bounds__(THREADS, TILE <= 4 ? 65536 / 64 / THREADS : 1)
 forward_rows(const T* __restrict__ predictions,  // (B, D)
              const T* __restrict__ targets,      // (B, D)
              float* __restrict__ row_dots,       // (3, B) or null: p.t, p.p, t.t of each row
