@@ -20,9 +20,9 @@ DEFAULTS = {
     ("cross_entropy", "warp_shuffle"): {"THREADS": 256},
     ("cross_entropy", "vectorized"): {"FORWARD_WARPS": 8, "BACKWARD_WARPS": 4, "UNROLL": 8},
     ("cross_entropy", "fused"): {"THREADS": 128, "TILE": 8}, ("cross_entropy", "cluster"): {"THREADS": 256},
-    # the teaching files, included as they are: no knobs
-    ("cosine_similarity_loss", "naive"): {}, ("cosine_similarity_loss", "shared_memory"): {},
-    ("cosine_similarity_loss", "warp_shuffle"): {},
+    ("cosine_similarity_loss", "naive"): {"THREADS": 256},
+    ("cosine_similarity_loss", "shared_memory"): {"THREADS": 256},
+    ("cosine_similarity_loss", "warp_shuffle"): {"THREADS": 256},
     ("cosine_similarity_loss", "vectorized"): {"THREADS": 256, "TILE": 4},
     ("cosine_similarity_loss", "fused"): {"THREADS": 512, "TILE": 4},
 }
