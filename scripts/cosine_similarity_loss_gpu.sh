@@ -2,11 +2,11 @@
 # cosine_similarity_loss on a GPU, in one call: its compile and gpu tiers (tests/test_cosine_similarity_loss.py
 # and every generic test's cosine_similarity_loss cases: the ladder, the rungs, the operators, export and
 # evaluate), then the benchmark that adds it to reports/results/<device>.json (every dtype at the seed size,
-# 32768 x 8192, then the sweep from 128 rows, float32 and bfloat16). The records and full logs go to $OUT
-# (default ./gpu-out); the table printed last is each direction's best losslab row and the peers at the
-# seed size, with "of bw" (the cost model's bytes / time against the bandwidth measured in the same
-# process): the issue asks >= 90 % for losslab.nn (forward and forward_backward) and no slower than
-# torch.compile.
+# 32768 x 8192, then the sweep from 128 rows, float32 and bfloat16), and the exported fused solution graded
+# by losslab evaluate. The records and full logs go to $OUT (default ./gpu-out). It prints the failing
+# tests, the bench's tables at the seed size (the rungs, the teaching rungs, losslab.nn and the peers, with
+# "of bw": the cost model's bytes / time against the bandwidth measured in the same process; the issue asks
+# >= 90 % for losslab.nn, forward and forward_backward, and no slower than torch.compile) and the verdict.
 #   usage: scripts/cosine_similarity_loss_gpu.sh [tests|bench]   (default: both)
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu-out}
@@ -17,7 +17,7 @@ part=${1:-both}
 problem=cosine_similarity_loss
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv 2>&1 | tee "$OUT/nvidia-smi.txt"
-tests=0 bench=0 sweep=0
+tests=0 bench=0 sweep=0 evaluate=0
 if [ "$part" != bench ]; then
     echo "== pytest: compile and gpu tiers, $problem"
     python3 -m pytest -v -rs -m "gpu or compile" -p no:cacheprovider -k "$problem" tests \
@@ -34,7 +34,13 @@ if [ "$part" != tests ]; then
     python3 -m losslab bench "$problem" --sweep --dtypes float32,bfloat16 --json "$OUT/sweep.json" > "$OUT/sweep.log" 2>&1
     sweep=$?
     cp reports/results/*.json "$OUT/results/" 2>/dev/null
+    echo "== export $problem fused, then losslab evaluate it (KernelBench's problem 97 at 32768 x 8192)"
+    python3 -m losslab export "$problem" fused -o "$OUT/solution_fused.py" &&
+        python3 -m losslab evaluate "$OUT/solution_fused.py" --problem "$problem" > "$OUT/evaluate.txt" 2>&1
+    evaluate=$?
+    tail -n 12 "$OUT/evaluate.txt"
     grep -v "^  " "$OUT/bench.log" | tail -n 60
 fi
-echo "pytest exit $tests, bench exit $bench, sweep exit $sweep; logs: $OUT/pytest.log, $OUT/bench.log, $OUT/sweep.log"
-exit $(( tests || bench || sweep ))
+echo "pytest exit $tests, bench exit $bench, sweep exit $sweep, evaluate exit $evaluate; logs: $OUT/pytest.log," \
+    "$OUT/bench.log, $OUT/sweep.log, $OUT/evaluate.txt"
+exit $(( tests || bench || sweep || evaluate ))
