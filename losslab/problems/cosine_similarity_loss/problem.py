@@ -25,7 +25,7 @@ class CosineSimilarityLoss(Problem):
         "narrow": (3, 1000),
         "scalar": (1, 1),
     }
-    sweep_shapes = ((128, 4096), (128, 8192), (2048, 8192), (8192, 8192), (32768, 8192))
+    sweep_shapes = ((128, 4096), (128, 8192), (2048, 8192), (8192, 8192), (32768, 8192), (2048, 131072))
     saturates = ("vectorized", "forward", 0.90)
 
     def reference(self, predictions: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
