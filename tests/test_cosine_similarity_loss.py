@@ -9,8 +9,10 @@ determinism, and one backward per eager forward.
 """
 from __future__ import annotations
 
+import hashlib
 import inspect
 import math
+import re
 
 import numpy as np
 import pytest
@@ -19,11 +21,13 @@ import torch.nn.functional as F
 
 import losslab.nn as lnn
 import losslab.nn.functional as LF
-from losslab import problems
+from losslab import build, problems
 from losslab.measure import check
 from losslab.problems.cosine_similarity_loss import functional as CF
 from losslab.problems.cosine_similarity_loss import kernelbench
+from losslab.teach.simulator import build as sim_build
 from losslab.teach.simulator import cases as sim_cases
+from losslab.teach.simulator import run as sim_run
 
 PROBLEM = problems.get("cosine_similarity_loss")
 EPS = 1e-8
@@ -157,6 +161,35 @@ def test_bad_input_is_one_line_naming_the_argument(call, error, message):
     with pytest.raises(error, match=message) as raised:
         call()
     assert "\n" not in str(raised.value)
+
+
+# --- compile tier: the operator rungs on the CPU simulator ---------------------------------------------
+
+@pytest.mark.compile
+@pytest.mark.parametrize("order", ["forward", "reverse"])
+@pytest.mark.parametrize("rung", ["vectorized", "fused"])
+def test_operator_rungs_match_float64_on_the_cpu_simulator(rung, order):
+    """The production rungs' float32 path (register tile, the last block's loss) on the simulator's cases
+    and on a row longer than the fused tile (2048 packs): its packs beyond the tile streamed, then re-read."""
+    text = (build.KERNELS / PROBLEM.name / f"{rung}.cu").read_text()
+    text = re.sub(rf"\b{PROBLEM.name}_{rung}_(forward|backward)\b", rf"{PROBLEM.name}_custom_\1", text)
+    # the simulator caches a build by the source's text: the headers' hash in it rebuilds when one changes
+    headers = sorted((build.KERNELS / PROBLEM.name).glob("*.*h")) + sorted((build.KERNELS / "common").glob("*.*h"))
+    text += f"\n// headers: {hashlib.sha256(b''.join(h.read_bytes() for h in headers)).hexdigest()}\n"
+    wide = sim_cases.cosine_case("past the register tile (1 x 9001)", 1, 9001, seed=7)
+    try:
+        outcome = sim_run.run(text, PROBLEM.name, [*sim_cases.cosine_cases(), wide], label=f"{rung}.cu",
+                              order=order)
+    except sim_build.SimulatorError as err:
+        pytest.skip(f"no CPU simulator here: {err}")
+    assert outcome.compiled, outcome.compile_error
+    for r in outcome.results:
+        assert r.failure is None and (r.forward_status, r.backward_status) == (0, 0), (r.case.name, r.failure)
+        ref = sim_cases.cosine_reference(r.case)
+        loss_error, detail = check.relative_error(torch.tensor([r.loss]), torch.from_numpy(ref["loss"]))
+        assert not detail and loss_error <= check.LOSS_RTOL, (r.case.name, r.loss, ref["loss"])
+        grad_error, detail = check.relative_error(torch.from_numpy(r.grad), torch.from_numpy(ref["grad"]))
+        assert not detail and grad_error <= check.GRAD_RTOL, (r.case.name, grad_error)
 
 
 # --- gpu tier ------------------------------------------------------------------------------------------
