@@ -25,6 +25,11 @@ DEFAULTS = {
     ("hinge_loss", "fused"): {"THREADS": 256, "UNROLL": 4},
     ("triplet_margin_loss", "vectorized"): {"THREADS": 512, "CACHE": 4},
     ("triplet_margin_loss", "fused"): {"THREADS": 512, "CACHE": 4},
+    ("cosine_similarity_loss", "naive"): {"THREADS": 256},
+    ("cosine_similarity_loss", "shared_memory"): {"THREADS": 256},
+    ("cosine_similarity_loss", "warp_shuffle"): {"THREADS": 256},
+    ("cosine_similarity_loss", "vectorized"): {"THREADS": 256, "TILE": 4},
+    ("cosine_similarity_loss", "fused"): {"THREADS": 512, "TILE": 4},
 }
 THREADS_128 = (("LOSSLAB_KL_DIV_VECTORIZED_THREADS", 128),)
 

@@ -223,6 +223,11 @@ def sequential_float32(problem: str, inputs: tuple) -> float:
     elif problem == "hinge_loss":  # the mean over all B x D terms
         rows = np.cumsum(np.maximum(1 - x * t, 0).astype(np.float32), axis=1, dtype=np.float32)[:, -1]
         return float(np.cumsum(rows, dtype=np.float32)[-1] / np.float32(x.size))
+    elif problem == "cosine_similarity_loss":
+        pt, pp, tt = (np.cumsum((a * b).astype(np.float32), axis=1, dtype=np.float32)[:, -1]
+                      for a, b in ((x, t), (x, x), (t, t)))
+        norms = (np.maximum(np.sqrt(d), np.float32(1e-8)) for d in (pp, tt))
+        rows = (1 - pt / next(norms) / next(norms)).astype(np.float32)
     else:
         rows = np.cumsum((t * (np.log(t) - np.log(x))).astype(np.float32), axis=1, dtype=np.float32)[:, -1]
     return float(np.cumsum(rows, dtype=np.float32)[-1] / np.float32(len(rows)))

@@ -4,6 +4,14 @@ and options, on the vectorized and fused kernels, and cross_entropy's canonical 
 rung's (see :mod:`losslab.nn.functional`); ``linear_cross_entropy`` / ``LinearCrossEntropyLoss`` from
 :mod:`losslab.linear_cross_entropy`."""
 from losslab.nn import functional
-from losslab.nn.modules import CrossEntropyLoss, HingeLoss, KLDivLoss, LinearCrossEntropyLoss, TripletMarginLoss
+from losslab.nn.modules import (
+    CosineSimilarity,
+    CrossEntropyLoss,
+    HingeLoss,
+    KLDivLoss,
+    LinearCrossEntropyLoss,
+    TripletMarginLoss,
+)
 
-__all__ = ["CrossEntropyLoss", "HingeLoss", "KLDivLoss", "LinearCrossEntropyLoss", "TripletMarginLoss", "functional"]
+__all__ = ["CosineSimilarity", "CrossEntropyLoss", "HingeLoss", "KLDivLoss", "LinearCrossEntropyLoss",
+           "TripletMarginLoss", "functional"]

@@ -19,9 +19,11 @@ from torch.nn import _reduction
 
 from losslab.linear_cross_entropy import linear_cross_entropy  # noqa: F401  (PyTorch 2.13's, chunked)
 from losslab.nn import operators
+from losslab.problems import cosine_similarity_loss as cs_host
 from losslab.problems import cross_entropy as ce_host
 from losslab.problems import hinge_loss as hinge_host
 from losslab.problems import kl_div as kl_host
+from losslab.problems.cosine_similarity_loss.functional import cosine_similarity, cosine_similarity_loss  # noqa: F401
 from losslab.problems.hinge_loss.functional import hinge_loss  # noqa: F401  (losslab's own: PyTorch has none)
 from losslab.problems.triplet_margin_loss.functional import PROBLEM as TRIPLET
 from losslab.problems.triplet_margin_loss.functional import triplet_margin_loss  # noqa: F401  (its package's)
@@ -291,7 +293,9 @@ def on_problem(problem: str) -> Callable[..., torch.Tensor]:
     calls = {ce_host.PROBLEM.name: lambda x, t: cross_entropy(x, t),
              kl_host.PROBLEM.name: lambda p, t: kl_div(torch.log(p), t, reduction="batchmean"),
              hinge_host.PROBLEM.name: hinge_loss,
-             TRIPLET.name: lambda a, p, n: triplet_margin_loss(a, p, n)}
+             TRIPLET.name: lambda a, p, n: triplet_margin_loss(a, p, n),
+
+             cs_host.PROBLEM.name: lambda p, t: cosine_similarity_loss(p, t)}
     if problem not in calls:
         raise ValueError(f"problem: losslab.nn.functional has no function for {problem!r}")
     return calls[problem]

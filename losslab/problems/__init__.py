@@ -31,6 +31,7 @@ REGISTRY = (
     "cross_entropy",
     "hinge_loss",
     "triplet_margin_loss",
+    "cosine_similarity_loss",
 )
 _PROBLEMS: dict[str, Problem] = {name: importlib.import_module(f"{__name__}.{name}").PROBLEM for name in REGISTRY}
 

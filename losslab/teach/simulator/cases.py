@@ -1,5 +1,6 @@
 """The inputs the simulator runs a problem's launchers on, and their float64 references
-(kl_div, cross_entropy, hinge_loss and triplet_margin_loss; ``PROBLEMS`` maps a problem to its :class:`ProblemSpec`).
+(kl_div, cross_entropy, hinge_loss, triplet_margin_loss and cosine_similarity_loss; ``PROBLEMS`` maps a
+problem to its :class:`ProblemSpec`).
 
 A :class:`Case` holds the inputs as they lie in memory: flat float32 storage with an offset
 in elements from a 16-byte boundary, so a misaligned view is one case among others. Standard
@@ -14,11 +15,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from losslab.problems import cross_entropy, hinge_loss, kl_div, triplet_margin_loss
+from losslab.problems import cosine_similarity_loss, cross_entropy, hinge_loss, kl_div, triplet_margin_loss
 
 KL_DIV, CROSS_ENTROPY = kl_div.PROBLEM.name, cross_entropy.PROBLEM.name  # the losses with cases here
 HINGE_LOSS = hinge_loss.PROBLEM.name
 TRIPLET = triplet_margin_loss.PROBLEM.name
+COSINE = cosine_similarity_loss.PROBLEM.name
 
 
 @dataclass
@@ -303,6 +305,47 @@ def triplet_manifest_line(i: int, case: TripletCase, path: str) -> str:
     return f"case{i} {case.B} {case.D} {case.offset_p} {case.offset_t} {case.offset_n} {case.grad_loss!r} {path}"
 
 
+def cosine_case(name: str, B: int, D: int, seed: int, offset_p: int = 0, offset_t: int = 0) -> Case:
+    """Normal predictions and targets (B, D), float32, stored from ``offset_p`` and ``offset_t``."""
+    rng = np.random.default_rng(seed)
+    p = rng.normal(0.0, 1.0, offset_p + B * D).astype(np.float32)
+    t = rng.normal(0.0, 1.0, offset_t + B * D).astype(np.float32)
+    return Case(name, B, D, p, t, offset_p, offset_t, grad_loss=0.75)
+
+
+def cosine_cases() -> list[Case]:
+    """cosine_similarity_loss's standard cases: aligned, odd width, one element, a misaligned view,
+    the inputs at different offsets, a zero row (its norm clamped to eps) and identical rows."""
+    zero = cosine_case("a zero row of predictions (3 x 300)", 3, 300, seed=5)
+    zero.p[300:600] = 0.0
+    same = cosine_case("identical rows 0 and 2 (3 x 300)", 3, 300, seed=6)
+    same.t[:300], same.t[600:] = same.p[:300], same.p[600:]
+    return [
+        cosine_case("3 x 1000", 3, 1000, seed=0),
+        cosine_case("2 x 37 (odd width)", 2, 37, seed=1),
+        cosine_case("1 x 1", 1, 1, seed=2),
+        cosine_case("misaligned view (3 x 1000, one element past a 16-byte boundary)", 3, 1000, seed=3,
+                    offset_p=1, offset_t=1),
+        cosine_case("predictions and targets at different offsets (2 x 300)", 2, 300, seed=4, offset_p=1, offset_t=2),
+        zero,
+        same,
+    ]
+
+
+def cosine_reference(case: Case, eps: float = 1e-8) -> dict[str, np.ndarray]:
+    """float64 ``rows`` (B,) = 1 - cos, ``loss`` (1,) = their mean and ``grad`` (B*D,) = dL/dp for
+    ``case.grad_loss``, with F.cosine_similarity's conventions (each norm clamped to eps, the
+    norm's derivative kept, 0 where the norm is 0)."""
+    p = case.predictions.astype(np.float64)
+    t = case.targets.astype(np.float64)
+    norm_p, norm_t = np.linalg.norm(p, axis=1), np.linalg.norm(t, axis=1)
+    a, b = np.maximum(norm_p, eps), np.maximum(norm_t, eps)
+    cos = (p * t).sum(axis=1) / a / b
+    beta = np.divide(cos, a * norm_p, out=np.zeros_like(cos), where=norm_p > 0)
+    grad = -(case.grad_loss / case.B) * (t / (a * b)[:, None] - beta[:, None] * p)
+    return {"rows": 1 - cos, "loss": np.array([(1 - cos).mean()]), "grad": grad.reshape(-1)}
+
+
 @dataclass(frozen=True)
 class ProblemSpec:
     """What the simulator needs of a problem: its cases, float64 reference and manifest line,
@@ -320,4 +363,5 @@ PROBLEMS = {
                                  (("row_max", np.float32), ("row_log_sum", np.float32), ("counts", np.int64))),
     HINGE_LOSS: ProblemSpec(hinge_loss_cases, hinge_loss_reference, kl_div_manifest_line),
     TRIPLET: ProblemSpec(triplet_cases, triplet_reference, triplet_manifest_line),
+    COSINE: ProblemSpec(cosine_cases, cosine_reference, kl_div_manifest_line, (("row_dots", np.float32),)),
 }
