@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# scripts/gpu_suite.sh on several GPUs of one machine at once, so a multi-GPU machine records every
+# problem in the time of the slowest: each argument is a group of problems (comma-separated) that
+# runs on its own GPU, in its own copy of the repository (its own record file and build folder):
+# first the gpu tier of the tests that name the group's problems (TESTS=0 skips it), then
+# gpu_suite.sh's STAGES (default "bench sweep"). Then each group's sections are gathered into
+# reports/results/<device>.json (replacing those problems' sections, keeping the others'), the
+# ladder's claims are checked on the gathered record, and the summary prints last.
+# Logs: $OUT/gpu<i>/ and $OUT/gpu<i>.log; the gathered records: $OUT/results/.
+#   usage: scripts/gpu_suite_parallel.sh GROUP [GROUP ...]
+#   e.g.   scripts/gpu_suite_parallel.sh cross_entropy kl_div hinge_loss,mse_loss
+set -uo pipefail
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT/results"
+export PYTHONUNBUFFERED=1
+groups=("$@")
+gpus=$(nvidia-smi -L | wc -l)
+if [ ${#groups[@]} -eq 0 ] || [ ${#groups[@]} -gt "$gpus" ]; then
+    echo "gpu_suite_parallel: GROUP: expected 1 to $gpus groups (one per GPU), got ${#groups[@]}" >&2
+    exit 2
+fi
+root=$PWD
+pids=()
+for i in "${!groups[@]}"; do
+    work=/tmp/losslab-gpu$i
+    rm -rf "$work" && cp -a "$root" "$work"
+    names=${groups[$i]//,/ }
+    (
+        cd "$work" || exit 1
+        export CUDA_VISIBLE_DEVICES=$i PYTHONPATH=$work${PYTHONPATH:+:$PYTHONPATH} TORCH_EXTENSIONS_DIR=/tmp/ext$i
+        if [ "${TESTS:-1}" != 0 ]; then
+            echo "== pytest -m gpu -k '${names// / or }'"
+            python3 -m pytest -q -rs -m gpu -p no:cacheprovider -k "${names// / or }" tests 2>&1 | tail -n 30
+        fi
+        # shellcheck disable=SC2086  # names is a list of problems
+        STAGES=${STAGES:-bench sweep} OUT="$OUT/gpu$i" bash scripts/gpu_suite.sh $names
+    ) > "$OUT/gpu$i.log" 2>&1 &
+    pids+=($!)
+    echo "GPU $i: ${names} (log: $OUT/gpu$i.log)"
+done
+status=0
+for pid in "${pids[@]}"; do wait "$pid" || status=1; done
+
+echo "== gathering each group's sections into reports/results/"
+PYTHONPATH=$root python3 - "${groups[@]}" <<'PY'
+import sys
+from pathlib import Path
+
+from losslab import records
+from losslab.records import files
+
+for i, group in enumerate(sys.argv[1:]):
+    for record in files.load_records(Path(f"/tmp/losslab-gpu{i}/reports/results")):
+        for problem in group.split(","):
+            if problem in record.sections:
+                path = records.save_section(problem, record.sections[problem], replace=True)
+                print(f"{problem} ({record.device}) from GPU {i} -> {path}")
+PY
+python3 -m pytest -q -rs -p no:cacheprovider tests/test_ladder_claims.py > "$OUT/claims.log" 2>&1 || status=1
+tail -n 5 "$OUT/claims.log"
+cp reports/results/*.json "$OUT/results/"
+for i in "${!groups[@]}"; do echo "== GPU $i: ${groups[$i]}"; grep -E "passed|failed|error|exit" "$OUT/gpu$i.log" | tail -n 4; done
+PYTHONPATH=$root python3 -m losslab summary
+exit $status
