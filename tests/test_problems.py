@@ -61,7 +61,7 @@ def test_cpu_tensors_are_rejected_before_any_launch(problem, variant):
 
 @pytest.mark.parametrize("problem", PROBLEMS)
 def test_wrong_predictions_are_named_in_the_error(problem):
-    op = losslab.variant(problem, "naive")
+    op = losslab.variant(problem, problems.get(problem).variants[0])
     predictions, *others = problems.get(problem).make_inputs((4, 8), seed=0, device="cpu")
     cases = [
         (predictions.double(), TypeError, r"predictions: .*dtype torch.float32.*, got torch.float64"),

@@ -1,5 +1,5 @@
 """The inputs the simulator runs a problem's launchers on, and their float64 references
-(kl_div and cross_entropy; ``PROBLEMS`` maps a problem to its :class:`ProblemSpec`).
+(kl_div, cross_entropy and mse_loss; ``PROBLEMS`` maps a problem to its :class:`ProblemSpec`).
 
 A :class:`Case` holds the inputs as they lie in memory: flat float32 storage with an offset
 in elements from a 16-byte boundary, so a misaligned view is one case among others. Standard
@@ -14,9 +14,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from losslab.problems import cross_entropy, kl_div
+from losslab.problems import cross_entropy, kl_div, mse_loss
 
 KL_DIV, CROSS_ENTROPY = kl_div.PROBLEM.name, cross_entropy.PROBLEM.name  # the losses with cases here
+MSE_LOSS = mse_loss.PROBLEM.name
 
 
 @dataclass
@@ -144,6 +145,24 @@ def kl_div_manifest_line(i: int, case: Case, path: str) -> str:
     return f"case{i} {case.B} {case.D} {case.offset_p} {case.offset_t} {case.grad_loss!r} {path}"
 
 
+def mse_loss_cases() -> list[Case]:
+    """mse_loss's standard cases: kl_div's random ones (its rows, odd widths and offsets serve an
+    elementwise mean as well), predictions equal to the targets in one row, and kl_div's probes
+    (each row's loss in one element, so a row's sum shows how often that element was added)."""
+    cases = [c for c in kl_div_cases() if c.kind == "standard" and "zeros" not in c.name]
+    equal = _random("predictions equal to the targets in row 1 (3 x 300)", 3, 300, seed=6)
+    equal.p[300:600] = equal.t[300:600]
+    return [*cases, equal, probe(256, PROBE_256), probe(37)]
+
+
+def mse_loss_reference(case: Case) -> dict[str, np.ndarray]:
+    """float64 ``rows`` (B,), ``loss`` (1,) = sum / (B D) and ``grad`` (B*D,) = 2 (p - t) grad_loss / (B D)."""
+    d = case.predictions.astype(np.float64) - case.targets.astype(np.float64)
+    rows = (d * d).sum(axis=1)
+    n = case.B * case.D
+    return {"rows": rows, "loss": np.array([rows.sum() / n]), "grad": (2.0 * case.grad_loss / n * d).reshape(-1)}
+
+
 IGNORE_INDEX = -100
 
 
@@ -209,6 +228,7 @@ class ProblemSpec:
 
 PROBLEMS = {
     KL_DIV: ProblemSpec(kl_div_cases, kl_div_reference, kl_div_manifest_line),
+    MSE_LOSS: ProblemSpec(mse_loss_cases, mse_loss_reference, kl_div_manifest_line),  # kl_div's driver, renamed
     CROSS_ENTROPY: ProblemSpec(cross_entropy_cases, cross_entropy_reference, cross_entropy_manifest_line,
                                  (("row_max", np.float32), ("row_log_sum", np.float32), ("counts", np.int64))),
 }
