@@ -143,7 +143,7 @@ def test_exported_model_and_inputs_are_the_problems(tmp_path, problem):
 @pytest.mark.parametrize("problem", problems.names())
 def test_exported_model_new_checks_its_inputs_before_any_build(tmp_path, problem):
     path = tmp_path / "solution.py"
-    path.write_text(export_solution(problem, "naive"))
+    path.write_text(export_solution(problem, problems.get(problem).variants[0]))
     module = load_module(path)
     inputs = problems.get(problem).make_inputs((4, 8), seed=0, device="cpu")
     with pytest.raises(ValueError, match="predictions: expected a CUDA tensor"):

@@ -18,7 +18,7 @@
 constexpr int THREADS = LOSSLAB_MSE_LOSS_FUSED_THREADS;
 constexpr int UNROLL = LOSSLAB_MSE_LOSS_FUSED_UNROLL;
 static_assert(THREADS >= 64 && THREADS <= 1024 && (THREADS & (THREADS - 1)) == 0,
-              "LOSSLAB_MSE_LOSS_FUSED_THREADS: a power of two from 64 to 1024 (whole warps, 1024 / THREADS blocks an SM)");
+              "LOSSLAB_MSE_LOSS_FUSED_THREADS: a power of two from 64 to 1024 (whole warps)");
 static_assert(UNROLL >= 1, "LOSSLAB_MSE_LOSS_FUSED_UNROLL: at least 1");
 
 #include "mse_loss/options.cuh"

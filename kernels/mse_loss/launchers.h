@@ -33,6 +33,7 @@ typedef cudaError_t mse_loss_backward_fn(
 
 // The rungs, in ladder order (an X-macro: the binding binds each one).
 #define MSE_LOSS_RUNGS(X) X(vectorized) X(fused)
-#define MSE_LOSS_DECLARE(rung) mse_loss_forward_fn mse_loss_##rung##_forward; mse_loss_backward_fn mse_loss_##rung##_backward;
+#define MSE_LOSS_DECLARE(rung) \
+    mse_loss_forward_fn mse_loss_##rung##_forward; mse_loss_backward_fn mse_loss_##rung##_backward;
 MSE_LOSS_RUNGS(MSE_LOSS_DECLARE)
 #undef MSE_LOSS_DECLARE

@@ -18,7 +18,7 @@
 constexpr int THREADS = LOSSLAB_MSE_LOSS_VECTORIZED_THREADS;
 constexpr int UNROLL = LOSSLAB_MSE_LOSS_VECTORIZED_UNROLL;
 static_assert(THREADS >= 64 && THREADS <= 1024 && (THREADS & (THREADS - 1)) == 0,
-              "LOSSLAB_MSE_LOSS_VECTORIZED_THREADS: a power of two from 64 to 1024 (whole warps, 1024 / THREADS blocks an SM)");
+              "LOSSLAB_MSE_LOSS_VECTORIZED_THREADS: a power of two from 64 to 1024 (whole warps)");
 static_assert(UNROLL >= 1, "LOSSLAB_MSE_LOSS_VECTORIZED_UNROLL: at least 1");
 
 #include "mse_loss/options.cuh"
@@ -94,7 +94,8 @@ cudaError_t mse_loss_vectorized_options_backward(const void* input, const void* 
 cudaError_t mse_loss_vectorized_forward(const void* predictions, const void* targets, float* row_partials,
                                         void* loss, void* /*grad_predictions: not fused*/, int64_t B, int64_t D,
                                         DType dtype, cudaStream_t stream) {
-    return forward_any(predictions, targets, row_partials, loss, nullptr, nullptr, B * D, float(B * D), dtype, stream);
+    return forward_any(predictions, targets, row_partials, loss, nullptr, nullptr, B * D, float(B * D), dtype,
+                       stream);
 }
 
 cudaError_t mse_loss_vectorized_backward(const void* predictions, const void* targets, const void* grad_loss,

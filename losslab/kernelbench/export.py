@@ -106,6 +106,14 @@ def _after_imports(path: Path) -> str:
     return "\n".join(text.splitlines()[last:]).strip() + "\n"
 
 
+def _imports(path: Path, template: str) -> str:
+    """The top-level import lines of a Python file that ``template`` lacks (e.g. ``import
+    torch.nn.functional as F``, ``from torch.distributions import Pareto``), one a line."""
+    lines = [ast.unparse(node) for node in ast.parse(path.read_text()).body
+             if isinstance(node, (ast.Import, ast.ImportFrom))]
+    return "".join(f"{line}\n" for line in lines if f"{line}\n" not in template)
+
+
 def _owner(name: str, scopes: list) -> tuple[object, object] | None:
     """(module, value) of the function or constant ``name`` as one of ``scopes`` defines it;
     for a constant, the scope that assigns it before one that imports it."""
@@ -225,6 +233,6 @@ def export_solution(problem: str, variant: str) -> str:
             + note.replace("PROBLEM RUNG", f"{problem} {variant}").replace("PROBLEM", problem) + rest[docstring_end:])
     text = _replace_block(text, "reference", f"# ---- the KernelBench problem ----\n\n\n{_after_imports(reference)}")
     text = _replace_block(text, "host", f"\n\n# ---- host code, from losslab ----\n\n{host_code(problem)}\n")
-    text = text.replace("import torch.nn as nn\n", "import torch.nn as nn\nimport torch.nn.functional as F\n", 1)
+    text = text.replace("import torch.nn as nn\n", "import torch.nn as nn\n" + _imports(reference, text), 1)
     text = PLACEHOLDER.sub(lambda m: f"{m['name']} = {values[m['name']]}", text)
     return re.sub(r"\n{4,}(?=\S)", "\n\n\n", text)  # at most two blank lines between blocks

@@ -21,6 +21,8 @@ from losslab.linear_cross_entropy import linear_cross_entropy  # noqa: F401  (Py
 from losslab.nn import operators
 from losslab.problems import cross_entropy as ce_host
 from losslab.problems import kl_div as kl_host
+from losslab.problems.mse_loss.functional import PROBLEM as MSE_PROBLEM  # F.mse_loss (reduction)
+from losslab.problems.mse_loss.functional import mse_loss
 
 FLOATS = (torch.float32, torch.bfloat16, torch.float16)
 # The rung table: True runs fused (cluster in the canonical case) when a gradient will be
@@ -285,7 +287,8 @@ def on_problem(problem: str) -> Callable[..., torch.Tensor]:
         ValueError: no function here for ``problem``.
     """
     calls = {ce_host.PROBLEM.name: lambda x, t: cross_entropy(x, t),
-             kl_host.PROBLEM.name: lambda p, t: kl_div(torch.log(p), t, reduction="batchmean")}
+             kl_host.PROBLEM.name: lambda p, t: kl_div(torch.log(p), t, reduction="batchmean"),
+             MSE_PROBLEM.name: mse_loss}
     if problem not in calls:
         raise ValueError(f"problem: losslab.nn.functional has no function for {problem!r}")
     return calls[problem]

@@ -7,6 +7,7 @@ from torch.nn.modules.loss import _Loss, _WeightedLoss
 
 from losslab.linear_cross_entropy import LinearCrossEntropyLoss  # noqa: F401  (PyTorch 2.13's, chunked)
 from losslab.nn import functional
+from losslab.problems.mse_loss.functional import MSELoss  # noqa: F401  (torch.nn.MSELoss)
 
 
 class KLDivLoss(_Loss):

@@ -6,7 +6,8 @@
 ``predictions`` p and ``targets`` t are (B, D) of one shape (any shape in :mod:`losslab.nn`).
 Everything about this loss: ``problem`` (the Problem: reference, inputs, sizes, cost, edge cases,
 rungs), ``host`` (the host code every rung launches through), ``options`` (PyTorch's options, for
-:mod:`losslab.nn`), ``kernelbench`` (KernelBench's file); its kernels are ``kernels/mse_loss/``.
+:mod:`losslab.nn`), ``functional`` (``F.mse_loss`` and ``MSELoss`` on the operators; not imported
+here: it imports losslab.ops), ``kernelbench`` (KernelBench's file); its kernels are ``kernels/mse_loss/``.
 """
 from losslab.problems.mse_loss.host import KNOWN_DTYPES, MAX_PARTIALS, backward, empty_state, forward, validate_inputs
 from losslab.problems.mse_loss.options import (
@@ -16,7 +17,7 @@ from losslab.problems.mse_loss.options import (
     options_divisor,
     options_forward,
 )
-from losslab.problems.mse_loss.problem import PROBLEM, MSELoss
+from losslab.problems.mse_loss.problem import PROBLEM, MeanSquaredError
 
-__all__ = ["KNOWN_DTYPES", "MAX_PARTIALS", "PROBLEM", "REDUCTIONS", "MSELoss", "backward", "empty_state", "forward",
-           "options_backward", "options_cost", "options_divisor", "options_forward", "validate_inputs"]
+__all__ = ["KNOWN_DTYPES", "MAX_PARTIALS", "PROBLEM", "REDUCTIONS", "MeanSquaredError", "backward", "empty_state",
+           "forward", "options_backward", "options_cost", "options_divisor", "options_forward", "validate_inputs"]

@@ -17,7 +17,7 @@ RUNGS = (
 )
 
 
-class MSELoss(Problem):
+class MeanSquaredError(Problem):
     """The mean squared error over all elements of two (B, D) tensors (``torch.mean((p - t) ** 2)``)."""
 
     host = host  # the host code its rungs launch through
@@ -113,4 +113,4 @@ class MSELoss(Problem):
         }
 
 
-PROBLEM = MSELoss()
+PROBLEM = MeanSquaredError()
