@@ -176,8 +176,8 @@ def _checked(input, target, size_average, reduce, reduction, weight) -> tuple[to
                         f"got {dtype}")
     if torch.is_grad_enabled() and target.requires_grad:
         raise NotImplementedError("target: losslab computes no gradient w.r.t. the target; pass target.detach()")
-    require_cuda(input=input, target=target)
     shape = input.shape if input.shape == target.shape else torch.broadcast_shapes(input.shape, target.shape)
+    require_cuda(input=input, target=target)
     if shape.numel() == 0:
         raise ValueError(f"input: expected a non-empty tensor, got shape {tuple(shape)}")
     if input.dtype != dtype:
