@@ -4,6 +4,7 @@ and options, on the vectorized and fused kernels, and cross_entropy's canonical 
 rung's (see :mod:`losslab.nn.functional`); ``linear_cross_entropy`` / ``LinearCrossEntropyLoss`` from
 :mod:`losslab.linear_cross_entropy`."""
 from losslab.nn import functional
-from losslab.nn.modules import CrossEntropyLoss, KLDivLoss, LinearCrossEntropyLoss, MSELoss
+from losslab.nn.modules import CrossEntropyLoss, HuberLoss, KLDivLoss, LinearCrossEntropyLoss, MSELoss, SmoothL1Loss
 
-__all__ = ["CrossEntropyLoss", "KLDivLoss", "LinearCrossEntropyLoss", "MSELoss", "functional"]
+__all__ = ["CrossEntropyLoss", "HuberLoss", "KLDivLoss", "LinearCrossEntropyLoss", "MSELoss", "SmoothL1Loss",
+           "functional"]

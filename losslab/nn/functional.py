@@ -23,6 +23,8 @@ from losslab.problems import cross_entropy as ce_host
 from losslab.problems import kl_div as kl_host
 from losslab.problems.mse_loss.functional import PROBLEM as MSE_PROBLEM  # F.mse_loss (reduction)
 from losslab.problems.mse_loss.functional import mse_loss
+from losslab.problems.smooth_l1_loss.functional import PROBLEM as SMOOTH_L1_PROBLEM  # F.smooth_l1_loss, huber_loss
+from losslab.problems.smooth_l1_loss.functional import huber_loss, smooth_l1_loss  # noqa: F401
 
 FLOATS = (torch.float32, torch.bfloat16, torch.float16)
 # The rung table: True runs fused (cluster in the canonical case) when a gradient will be
@@ -288,7 +290,7 @@ def on_problem(problem: str) -> Callable[..., torch.Tensor]:
     """
     calls = {ce_host.PROBLEM.name: lambda x, t: cross_entropy(x, t),
              kl_host.PROBLEM.name: lambda p, t: kl_div(torch.log(p), t, reduction="batchmean"),
-             MSE_PROBLEM.name: mse_loss}
+             MSE_PROBLEM.name: mse_loss, SMOOTH_L1_PROBLEM.name: smooth_l1_loss}
     if problem not in calls:
         raise ValueError(f"problem: losslab.nn.functional has no function for {problem!r}")
     return calls[problem]

@@ -8,6 +8,7 @@ from torch.nn.modules.loss import _Loss, _WeightedLoss
 from losslab.linear_cross_entropy import LinearCrossEntropyLoss  # noqa: F401  (PyTorch 2.13's, chunked)
 from losslab.nn import functional
 from losslab.problems.mse_loss.functional import MSELoss  # noqa: F401  (torch.nn.MSELoss)
+from losslab.problems.smooth_l1_loss.functional import HuberLoss, SmoothL1Loss  # noqa: F401  (torch.nn's)
 
 
 class KLDivLoss(_Loss):

@@ -11,7 +11,7 @@ a binding ``losslab/build/csrc/<name>.cpp``; nothing else changes.
 """
 from __future__ import annotations
 
-from losslab.problems import cross_entropy, kl_div, mse_loss
+from losslab.problems import cross_entropy, kl_div, mse_loss, smooth_l1_loss
 from losslab.problems.base import (
     DIRECTIONS,
     FLOAT32,
@@ -24,7 +24,7 @@ from losslab.problems.base import (
     misaligned_view,
 )
 
-_PROBLEMS: dict[str, Problem] = {m.PROBLEM.name: m.PROBLEM for m in (kl_div, cross_entropy, mse_loss)}
+_PROBLEMS: dict[str, Problem] = {m.PROBLEM.name: m.PROBLEM for m in (kl_div, cross_entropy, mse_loss, smooth_l1_loss)}
 
 __all__ = ["DIRECTIONS", "FLOAT32", "HALF_AND_FLOAT", "HEAVY_EVERY", "LADDER", "Cost", "Problem", "Rung", "get",
            "misaligned_view", "names"]
