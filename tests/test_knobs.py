@@ -21,8 +21,8 @@ DEFAULTS = {
     ("cross_entropy", "vectorized"): {"FORWARD_WARPS": 8, "BACKWARD_WARPS": 4, "UNROLL": 8},
     ("cross_entropy", "fused"): {"THREADS": 128, "TILE": 8}, ("cross_entropy", "cluster"): {"THREADS": 256},
     ("mse_loss", "vectorized"): {"THREADS": 256, "UNROLL": 4}, ("mse_loss", "fused"): {"THREADS": 256, "UNROLL": 4},
-    ("smooth_l1_loss", "vectorized"): {"THREADS": 256, "UNROLL": 4},
-    ("smooth_l1_loss", "fused"): {"THREADS": 256, "UNROLL": 4},
+    ("smooth_l1_loss", "vectorized"): {"THREADS": 256, "UNROLL": 2},
+    ("smooth_l1_loss", "fused"): {"THREADS": 256, "UNROLL": 2},
 }
 THREADS_128 = (("LOSSLAB_KL_DIV_VECTORIZED_THREADS", 128),)
 

@@ -13,7 +13,7 @@
 #define LOSSLAB_SMOOTH_L1_LOSS_FUSED_THREADS 256  // threads per block: 64 128 256 512 1024
 #endif
 #ifndef LOSSLAB_SMOOTH_L1_LOSS_FUSED_UNROLL
-#define LOSSLAB_SMOOTH_L1_LOSS_FUSED_UNROLL 4  // 16-byte loads in flight per tensor in the forward: 1 2 4 8
+#define LOSSLAB_SMOOTH_L1_LOSS_FUSED_UNROLL 2  // 16-byte loads in flight per tensor in the forward: 1 2 4 8
 #endif
 constexpr int THREADS = LOSSLAB_SMOOTH_L1_LOSS_FUSED_THREADS;
 constexpr int UNROLL = LOSSLAB_SMOOTH_L1_LOSS_FUSED_UNROLL;

@@ -3,12 +3,10 @@
     loss = sum_ij smooth_l1(p_ij - t_ij) / (B D),  smooth_l1(d) = |d| < 1 ? d^2 / 2 : |d| - 1/2
     dloss/dp_ij = clamp(p_ij - t_ij, -1, 1) / (B D) * grad_loss
 
-``predictions`` p and ``targets`` t are (B, D) of one shape (any shape in :mod:`losslab.nn`).
-Everything about this loss: ``problem`` (the Problem: reference, inputs, sizes, cost, edge cases,
-rungs), ``host`` (the host code every rung launches through), ``options`` (PyTorch's options, for
-:mod:`losslab.nn`), ``functional`` (``F.smooth_l1_loss``, ``F.huber_loss`` and their modules; not
-imported here: it imports losslab.ops), ``kernelbench`` (KernelBench's file); its kernels are
-``kernels/smooth_l1_loss/``.
+Everything about this loss: ``problem`` (reference, inputs, sizes, cost, edge cases, rungs), ``host``
+(the rungs' host code), ``options`` (PyTorch's beta, delta and reductions), ``functional``
+(``F.smooth_l1_loss``, ``F.huber_loss`` and their modules; not imported here: it imports losslab.ops),
+``kernelbench`` (KernelBench's file); its kernels are ``kernels/smooth_l1_loss/``.
 """
 from losslab.problems.smooth_l1_loss.host import (
     KNOWN_DTYPES,
