@@ -47,7 +47,7 @@ class Variant:
 def ladder_variant(problem: str, rung: str) -> Variant:
     """Teaching rung ``rung`` of ``problem`` (``kernels/<problem>/ladder/<rung>.cu``, float32, built
     as the ladder's own extension at the first call), through the host code and eager path of the
-    production rung of the same name. Named ``"<rung> [ladder]"`` in the records.
+    production rung of the same name (a plain rung where there is none). Named ``"<rung> [ladder]"`` in the records.
 
     Raises:
         ValueError: ``problem`` has no teaching rung ``rung``.
@@ -56,7 +56,9 @@ def ladder_variant(problem: str, rung: str) -> Variant:
     taught = ladder.rungs(problem) if problem in ladder.problems_with_ladder() else ()
     if rung not in taught:
         raise ValueError(f"variant: {problem} has no teaching rung {rung!r}; expected one of {', '.join(taught)}")
-    own = dataclasses.replace(spec.rung(rung), dtypes=problems.FLOAT32)
+    # a teaching rung without an operator of its name (mse_loss's lower rungs) is a plain one
+    row = spec.rung(rung) if rung in spec.variants else problems.Rung(rung)
+    own = dataclasses.replace(row, dtypes=problems.FLOAT32)
     built = ops.RungOps(spec, own, functools.partial(ladder.load_ladder, problem))
     return Variant(problem, f"{rung} {LADDER_TAG}", "ladder", own.dtypes, own,
                    ops.checked_loss(spec, own, built, strict=False), built.launch_forward, built.launch_backward)

@@ -30,6 +30,9 @@ DEFAULTS = {
     ("cosine_similarity_loss", "warp_shuffle"): {"THREADS": 256},
     ("cosine_similarity_loss", "vectorized"): {"THREADS": 256, "TILE": 4},
     ("cosine_similarity_loss", "fused"): {"THREADS": 512, "TILE": 4},
+    ("mse_loss", "vectorized"): {"THREADS": 256, "UNROLL": 4}, ("mse_loss", "fused"): {"THREADS": 256, "UNROLL": 4},
+    ("smooth_l1_loss", "vectorized"): {"THREADS": 256, "UNROLL": 2},
+    ("smooth_l1_loss", "fused"): {"THREADS": 256, "UNROLL": 2},
 }
 THREADS_128 = (("LOSSLAB_KL_DIV_VECTORIZED_THREADS", 128),)
 

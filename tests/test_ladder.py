@@ -548,8 +548,9 @@ def launchers(problem: str, rung: str):
     """(forward, backward, write_grad): the rung's bound launchers and whether its forward writes the
     gradient (the problem's rung table of the rung of that name says so)."""
     ext = ladder.load_ladder(problem)
+    spec = problems.get(problem)  # a teaching rung without an operator of its name writes no gradient in its forward
     return (getattr(ext, f"{rung}_forward"), getattr(ext, f"{rung}_backward"),
-            problems.get(problem).rung(rung).writes_grad_in_forward)
+            rung in spec.variants and spec.rung(rung).writes_grad_in_forward)
 
 
 def ladder_errors(problem: str, rung: str, inputs, forward=None, backward=None) -> list[str]:

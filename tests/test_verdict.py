@@ -259,7 +259,12 @@ def test_the_condition_number_on_constructed_inputs():
         rules.unit_roundoff(torch.float32) * (1 + 2 * (10 + 4 * 100)))
 
 
-@pytest.mark.parametrize("problem", problems.names())
+# The losses whose terms cancel (condition above 20 on structured inputs); the elementwise means of
+# non-negative terms (mse_loss, smooth_l1_loss) have condition 1, and sequential_float32 knows only these two.
+CANCELLING = [p for p in problems.names() if p in ("cross_entropy", "kl_div")]
+
+
+@pytest.mark.parametrize("problem", CANCELLING)
 def test_an_honest_float32_loss_passes_with_margin_on_structured_inputs(problem):
     """At 257 x 4099 (the gpu tier's "odd" size) on four seeds: a sequential float32 loop stays below a
     quarter of its tolerance. The cross-entropy rows whose target is the raised maximum have a loss far

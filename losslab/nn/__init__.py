@@ -8,10 +8,13 @@ from losslab.nn.modules import (
     CosineSimilarity,
     CrossEntropyLoss,
     HingeLoss,
+    HuberLoss,
     KLDivLoss,
     LinearCrossEntropyLoss,
+    MSELoss,
+    SmoothL1Loss,
     TripletMarginLoss,
 )
 
-__all__ = ["CosineSimilarity", "CrossEntropyLoss", "HingeLoss", "KLDivLoss", "LinearCrossEntropyLoss",
-           "TripletMarginLoss", "functional"]
+__all__ = ["CosineSimilarity", "CrossEntropyLoss", "HingeLoss", "HuberLoss", "KLDivLoss", "LinearCrossEntropyLoss",
+           "MSELoss", "SmoothL1Loss", "TripletMarginLoss", "functional"]

@@ -32,6 +32,8 @@ REGISTRY = (
     "hinge_loss",
     "triplet_margin_loss",
     "cosine_similarity_loss",
+    "mse_loss",
+    "smooth_l1_loss",
 )
 _PROBLEMS: dict[str, Problem] = {name: importlib.import_module(f"{__name__}.{name}").PROBLEM for name in REGISTRY}
 

@@ -1,6 +1,6 @@
 """The inputs the simulator runs a problem's launchers on, and their float64 references
-(kl_div, cross_entropy, hinge_loss, triplet_margin_loss and cosine_similarity_loss; ``PROBLEMS`` maps a
-problem to its :class:`ProblemSpec`).
+(kl_div, cross_entropy, hinge_loss, triplet_margin_loss, cosine_similarity_loss, mse_loss and smooth_l1_loss;
+``PROBLEMS`` maps a problem to its :class:`ProblemSpec`).
 
 A :class:`Case` holds the inputs as they lie in memory: flat float32 storage with an offset
 in elements from a 16-byte boundary, so a misaligned view is one case among others. Standard
@@ -15,12 +15,21 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from losslab.problems import cosine_similarity_loss, cross_entropy, hinge_loss, kl_div, triplet_margin_loss
+from losslab.problems import (
+    cosine_similarity_loss,
+    cross_entropy,
+    hinge_loss,
+    kl_div,
+    mse_loss,
+    smooth_l1_loss,
+    triplet_margin_loss,
+)
 
 KL_DIV, CROSS_ENTROPY = kl_div.PROBLEM.name, cross_entropy.PROBLEM.name  # the losses with cases here
 HINGE_LOSS = hinge_loss.PROBLEM.name
 TRIPLET = triplet_margin_loss.PROBLEM.name
 COSINE = cosine_similarity_loss.PROBLEM.name
+MSE_LOSS, SMOOTH_L1_LOSS = mse_loss.PROBLEM.name, smooth_l1_loss.PROBLEM.name
 
 
 @dataclass
@@ -146,6 +155,43 @@ def row_roles(case: Case) -> np.ndarray:
 def kl_div_manifest_line(i: int, case: Case, path: str) -> str:
     """The driver's manifest line (drivers/kl_div.cpp)."""
     return f"case{i} {case.B} {case.D} {case.offset_p} {case.offset_t} {case.grad_loss!r} {path}"
+
+
+def mse_loss_cases() -> list[Case]:
+    """mse_loss's standard cases: kl_div's random ones (its rows, odd widths and offsets serve an
+    elementwise mean as well), predictions equal to the targets in one row, and kl_div's probes
+    (each row's loss in one element, so a row's sum shows how often that element was added)."""
+    cases = [c for c in kl_div_cases() if c.kind == "standard" and "zeros" not in c.name]
+    equal = _random("predictions equal to the targets in row 1 (3 x 300)", 3, 300, seed=6)
+    equal.p[300:600] = equal.t[300:600]
+    return [*cases, equal, probe(256, PROBE_256), probe(37)]
+
+
+def mse_loss_reference(case: Case) -> dict[str, np.ndarray]:
+    """float64 ``rows`` (B,), ``loss`` (1,) = sum / (B D) and ``grad`` (B*D,) = 2 (p - t) grad_loss / (B D)."""
+    d = case.predictions.astype(np.float64) - case.targets.astype(np.float64)
+    rows = (d * d).sum(axis=1)
+    n = case.B * case.D
+    return {"rows": rows, "loss": np.array([rows.sum() / n]), "grad": (2.0 * case.grad_loss / n * d).reshape(-1)}
+
+
+def smooth_l1_loss_cases() -> list[Case]:
+    """smooth_l1_loss's standard cases: mse_loss's, and one whose predictions are scaled by 4 so that
+    the differences fall on both sides of beta = 1 (|d| - 1/2 and d^2 / 2)."""
+    wide = _random("differences on both sides of beta (3 x 1000, predictions x 4)", 3, 1000, seed=7)
+    wide.p *= np.float32(4.0)
+    return [*mse_loss_cases(), wide]
+
+
+def smooth_l1_loss_reference(case: Case) -> dict[str, np.ndarray]:
+    """float64 ``rows`` (B,), ``loss`` (1,) = sum / (B D) and ``grad`` (B*D,) = clamp(p - t, -1, 1)
+    grad_loss / (B D): F.smooth_l1_loss with beta 1."""
+    d = case.predictions.astype(np.float64) - case.targets.astype(np.float64)
+    z = np.abs(d)
+    rows = np.where(z < 1.0, 0.5 * d * d, z - 0.5).sum(axis=1)
+    n = case.B * case.D
+    return {"rows": rows, "loss": np.array([rows.sum() / n]),
+            "grad": (np.clip(d, -1.0, 1.0) * case.grad_loss / n).reshape(-1)}
 
 
 IGNORE_INDEX = -100
@@ -359,6 +405,8 @@ class ProblemSpec:
 
 PROBLEMS = {
     KL_DIV: ProblemSpec(kl_div_cases, kl_div_reference, kl_div_manifest_line),
+    MSE_LOSS: ProblemSpec(mse_loss_cases, mse_loss_reference, kl_div_manifest_line),  # kl_div's driver, renamed
+    SMOOTH_L1_LOSS: ProblemSpec(smooth_l1_loss_cases, smooth_l1_loss_reference, kl_div_manifest_line),
     CROSS_ENTROPY: ProblemSpec(cross_entropy_cases, cross_entropy_reference, cross_entropy_manifest_line,
                                  (("row_max", np.float32), ("row_log_sum", np.float32), ("counts", np.int64))),
     HINGE_LOSS: ProblemSpec(hinge_loss_cases, hinge_loss_reference, kl_div_manifest_line),
