@@ -64,6 +64,12 @@ class Section:
 
     # --- what it holds ---
     @property
+    def spec(self) -> problems.Problem | None:
+        """The :class:`~losslab.problems.Problem` it measured, looked up once by the name the record
+        gives it (None for a problem no longer registered)."""
+        return registered_problem(self.problem)
+
+    @property
     def shapes(self) -> list[tuple[int, ...]]:
         """The shapes of the rows, in first-seen order."""
         return list(dict.fromkeys(tuple(r.shape) for r in self.rows))
@@ -77,7 +83,8 @@ class Section:
     @property
     def primary_shape(self) -> tuple[int, ...] | None:
         """The shape :meth:`view` shows by default: the problem's seed size if held, else the newest rows'."""
-        seed = tuple(problems.get(self.problem).sizes.get("seed", ())) if self.problem in problems.names() else ()
+        spec = self.spec
+        seed = tuple(spec.sizes.get("seed", ())) if spec else ()
         if seed in self.shapes:
             return seed
         return tuple(max(self.rows, key=lambda r: r.date).shape) if self.rows else None
@@ -127,7 +134,7 @@ class Section:
         :class:`SweepLine` per implementation (variants first, in ladder order, then the peers),
         each line's points ordered by minimum bytes: what a time- or bandwidth-against-size figure
         plots. Lines with a single shape are kept (a rung timed only at the seed size)."""
-        spec = problems.get(self.problem) if self.problem in problems.names() else None
+        spec = self.spec
         order = list(spec.variants) if spec else []
         rows = [r for r in self.rows if r.dtype == dtype and r.direction == direction]
         names = sorted(dict.fromkeys(r.implementation for r in rows),
@@ -136,7 +143,7 @@ class Section:
         for name in names:
             mine = [r for r in rows if r.implementation == name]
             points = [SweepPoint(tuple(r.shape), r.shape[0] * r.shape[1],
-                                 problems.get(r.problem).cost(tuple(r.shape), direction, getattr(torch, dtype)).bytes,
+                                 spec.cost(tuple(r.shape), direction, getattr(torch, dtype)).bytes,
                                  r.median_ms, r.back_to_back_ms, r.host_ms, r.gbps, r.fraction_of_bandwidth,
                                  r.below_floor) for r in mine]
             lines.append(SweepLine(name, mine[0].kind, direction, dtype, sorted(points, key=lambda p: p.min_bytes)))
@@ -164,7 +171,7 @@ class Section:
         """The hash the section's results were measured with: the one hash when all share it,
         else the first that differs from today's sources (so a comparison says "not fresh")."""
         hashes = list(dict.fromkeys(self._stamps("sources_sha256")))
-        if len(hashes) <= 1 or self.problem not in problems.names():
+        if len(hashes) <= 1 or self.spec is None:
             return hashes[0] if hashes else ""
         current = sources_sha256(self.problem)
         return next((h for h in hashes if h != current), current)
@@ -214,6 +221,11 @@ class Section:
                    data.get("source", "recorded"), [Skipped.from_dict(s) for s in data.get("skipped", [])])
 
 
+def registered_problem(name: str) -> problems.Problem | None:
+    """The registered Problem a record names (records hold names), or None for one no longer registered."""
+    return problems.get(name) if name in problems.names() else None
+
+
 def older_format_keys(data: dict) -> list[str]:
     """The keys of :data:`OLDER_FORMAT_KEYS` that the section dict ``data`` holds ([]: not the older format)."""
     return [k for k in OLDER_FORMAT_KEYS if k in data]
@@ -257,8 +269,9 @@ def _row(data, device: str) -> BenchRow:
         raise ValueError(f"a bench row lacks {', '.join(missing)} (a row holds BenchRow's fields)")
     values["shape"] = tuple(values.get("shape", ()))
     row = BenchRow(**values)
-    if row.problem in problems.names() and row.shape and row.dtype:
-        flag_physical_floor(row, device)  # records made before the flag existed get it too
+    spec = registered_problem(row.problem)
+    if spec is not None and row.shape and row.dtype:
+        flag_physical_floor(row, device, spec)  # records made before the flag existed get it too
     return row
 
 
