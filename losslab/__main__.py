@@ -75,25 +75,23 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _positive_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
-    return value
-
-
-def _positive_number(text: str) -> float:
+def _positive_float(text: str, expected: str) -> float:
     """A finite number above 0 (NaN, 0, a negative value or inf would turn a gate off)."""
     try:
         value = float(text)
     except ValueError:
         value = float("nan")
     if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a positive number such as 1.5, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
     return value
+
+
+def _positive_seconds(text: str) -> float:
+    return _positive_float(text, "a positive number of seconds")
+
+
+def _positive_number(text: str) -> float:
+    return _positive_float(text, "a positive number such as 1.5")
 
 
 def _size(text: str) -> str | tuple[int, int]:

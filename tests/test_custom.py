@@ -152,7 +152,7 @@ def test_diagnostics_keep_the_users_line_numbers():
 def test_formatted_errors_quote_the_line_and_the_contract():
     source = "\n".join(f"line{i}" for i in range(1, 40))
     messages = custom.parse_diagnostics(NVCC_OUTPUT, "mine.cu", "custom_variant.cu")[:3]
-    text = custom.format_diagnostics(messages, source, "kl_div")
+    text = custom.format_diagnostics(messages, source, KL_DIV)
     assert 'line 12: error: identifier "x" is undefined\n    12 | line12' in text
     assert "line 30: error: 'foo' was not declared" in text
     assert "kl_div_custom_forward(const void* predictions" in text  # the signature check failed: show it
@@ -198,7 +198,7 @@ class HandKL(custom.PythonVariant):
     """KL divergence written out by hand with torch on the CPU (not F.kl_div): the checker's
     extension point without a GPU. ``divide_by`` "B" is right; "BD" is batchmean's classic slip."""
 
-    problem = "kl_div"
+    problem = KL_DIV
 
     def __init__(self, divide_by="B"):
         self.name, self.divide_by = f"hand_{divide_by}", divide_by

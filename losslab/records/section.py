@@ -22,10 +22,6 @@ from losslab.measure.ncu import Profile
 from losslab.records.freshness import sources_sha256
 from losslab.variants import LADDER_TAG
 
-_ROW_FIELDS = {f.name for f in fields(BenchRow)}
-_CHECK_FIELDS = {f.name for f in fields(CheckResult)}
-_ROW_REQUIRED = [f.name for f in fields(BenchRow) if f.default is MISSING and f.default_factory is MISSING]
-_CHECK_REQUIRED = [f.name for f in fields(CheckResult) if f.default is MISSING and f.default_factory is MISSING]
 # what a section of the older, pre-typed format held at its top (provenance and bandwidth per section,
 # rows per dtype); a section holding any of them is refused, never converted (see Section.from_dict)
 OLDER_FORMAT_KEYS = ("date", "torch", "cuda", "kernels_sha256", "sources_sha256", "shape", "dtype", "repeats",
@@ -215,7 +211,7 @@ class Section:
             raise ValueError(f"a section of the older format (with {', '.join(older)}), no longer read: re-record it")
         problem = data.get("problem") or problem or ""
         rows = [_row(r, data["device"]) for r in data.get("rows", [])]
-        checks = [_check(c) for c in data.get("checks", [])]
+        checks = [_from_fields(CheckResult, c, "check") for c in data.get("checks", [])]
         return cls(problem, data["device"], data.get("multiprocessors", 0), data.get("memory_bytes", 0),
                    data.get("compute_capability", ""), rows, checks, data.get("ceilings") or {}, data.get("ncu"),
                    data.get("source", "recorded"), [Skipped.from_dict(s) for s in data.get("skipped", [])])
@@ -258,34 +254,33 @@ class SweepLine:
     points: list[SweepPoint] = field(default_factory=list)
 
 
+def _from_fields(cls: type, data, what: str):
+    """``data`` as a ``cls`` (a BenchRow or CheckResult): ``data`` itself if it is one, else built from
+    the dict of its fields (others ignored, the shape a tuple). Raises ValueError naming ``what``
+    for anything else, or a dict without the fields that have no default."""
+    if isinstance(data, cls):
+        return data
+    if not isinstance(data, dict):
+        raise ValueError(f"a {what} is a dict of {cls.__name__}'s fields; got {data!r:.80}")
+    values = {f.name: data[f.name] for f in fields(cls) if f.name in data}
+    missing = [f.name for f in fields(cls)
+               if f.default is MISSING and f.default_factory is MISSING and f.name not in values]
+    if missing:
+        raise ValueError(f"a {what} lacks {', '.join(missing)} (a {what} holds {cls.__name__}'s fields)")
+    values["shape"] = tuple(values.get("shape", ()))
+    return cls(**values)
+
+
 def _row(data, device: str) -> BenchRow:
     if isinstance(data, BenchRow):
         return data
-    if not isinstance(data, dict):
-        raise ValueError(f"a bench row is a dict of BenchRow's fields; got {data!r:.80}")
-    values = {k: v for k, v in data.items() if k in _ROW_FIELDS}
-    missing = [f for f in _ROW_REQUIRED if f not in values]
-    if missing:
-        raise ValueError(f"a bench row lacks {', '.join(missing)} (a row holds BenchRow's fields)")
-    values["shape"] = tuple(values.get("shape", ()))
-    row = BenchRow(**values)
+    row = _from_fields(BenchRow, data, "bench row")
     spec = registered_problem(row.problem)
     if spec is not None and row.shape and row.dtype:
         flag_physical_floor(row, device, spec)  # records made before the flag existed get it too
     return row
 
 
-def _check(data) -> CheckResult:
-    if isinstance(data, CheckResult):
-        return data
-    if not isinstance(data, dict):
-        raise ValueError(f"a check is a dict of CheckResult's fields; got {data!r:.80}")
-    values = {k: v for k, v in data.items() if k in _CHECK_FIELDS}
-    missing = [f for f in _CHECK_REQUIRED if f not in values]
-    if missing:
-        raise ValueError(f"a check lacks {', '.join(missing)} (a check holds CheckResult's fields)")
-    values["shape"] = tuple(values.get("shape", ()))
-    return CheckResult(**values)
 
 
 def merge(old: Section, new: Section, *, same_process: bool = False) -> Section:
