@@ -1,7 +1,7 @@
 """The results a notebook shows, and the banner that says where each number comes from.
 
-    section = results.load_results("kl_div")     # measured now on a GPU, else the newest record
-    results.banner(section, "kl_div")            # live or recorded, device, date, versions, sources hash
+    section = results.load_results(spec)        # spec: a Problem; measured now on a GPU, else the record
+    results.banner(section, spec)               # live or recorded, device, date, versions, sources hash
 
 :func:`load_results` returns a :class:`losslab.records.Section` holding one shape and dtype
 (``source`` "live" or "recorded"), or None when nothing is measured or recorded. Live runs go
