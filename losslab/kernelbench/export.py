@@ -67,7 +67,7 @@ def kernel_files(problem: problems.Problem, variant: str) -> list[Path]:
     ``cross_entropy/valid_mean.cu``) and ``kernels/common/*.cu``.
 
     Raises:
-        ValueError: unknown problem or variant.
+        ValueError: unknown variant.
     """
     rung = problem.rung(variant)
     rungs = [variant] + ([rung.falls_back_to] if rung.falls_back_to else [])
@@ -199,7 +199,7 @@ def export_solution(problem: problems.Problem, variant: str) -> str:
     ``get_init_inputs``; nothing is compiled until ``ModelNew()`` is constructed.
 
     Raises:
-        ValueError: unknown problem or variant (ExportError, a ValueError, if a source
+        ValueError: unknown variant (ExportError, a ValueError, if a source
             cannot be inlined).
     """
     rung, name = problem.rung(variant), problem.name

@@ -20,7 +20,7 @@ def kernel_path(problem: problems.Problem, variant: str, *, operator: bool = Fal
     ``operator``) the operator's ``kernels/<problem>/<variant>.cu`` (every dtype and option).
 
     Raises:
-        ValueError: unknown problem or variant.
+        ValueError: unknown variant.
     """
     problem.check_variant_name(variant)
     taught = ladder.folder(problem.name) / f"{variant}.cu"
@@ -35,7 +35,7 @@ def kernel_source(problem: problems.Problem, variant: str, *, operator: bool = F
     """The text of :func:`kernel_path`'s file.
 
     Raises:
-        ValueError: unknown problem or variant.
+        ValueError: unknown variant.
     """
     return kernel_path(problem, variant, operator=operator).read_text()
 
@@ -64,7 +64,7 @@ def side_by_side(problem: problems.Problem, left: str, right: str) -> Html:
     escaped and monospaced, each headed by its path (:func:`kernel_path`).
 
     Raises:
-        ValueError: unknown problem or variant.
+        ValueError: unknown variant.
     """
     columns = [(_shown(kernel_path(problem, v)), kernel_source(problem, v)) for v in (left, right)]
     head = "".join(f'<th style="text-align:left">{html.escape(v)}</th>' for v, _ in columns)
@@ -122,7 +122,7 @@ def rung_diff(problem: problems.Problem, lower: str, upper: str, context: int = 
     dtype and option add to the top teaching rung.
 
     Raises:
-        ValueError: unknown problem or variant.
+        ValueError: unknown variant.
     """
     lower_path, upper_path = kernel_path(problem, lower), kernel_path(problem, upper, operator=to_operator)
     name = problem.name

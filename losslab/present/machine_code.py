@@ -179,7 +179,7 @@ def rung_code(problem: problems.Problem, rung: str, arch: str = "sm_90") -> list
     the cache, not the result (one line on stderr says so).
 
     Raises:
-        ValueError: unknown problem or rung.
+        ValueError: unknown rung.
     """
     path = kernel_path(problem, rung)
     own = hashlib.sha256(path.read_bytes()).hexdigest()[:12]

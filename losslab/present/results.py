@@ -84,7 +84,7 @@ def load_results(problem: problems.Problem, *, device: str | None = None, size: 
 
     Raises:
         RuntimeError: ``live=True`` without a CUDA GPU.
-        ValueError: unknown problem, size or variant.
+        ValueError: unknown size or variant.
     """
     if size not in problem.sizes:
         raise ValueError(f"size: {problem.name} has no size {size!r}; expected one of {', '.join(problem.sizes)}")

@@ -158,7 +158,7 @@ def contract(problem: problems.Problem) -> Contract:
     """The contract of ``problem``'s custom variants, from its launchers.h.
 
     Raises:
-        ValueError: unknown problem, or a launchers.h without the two function types.
+        ValueError: a launchers.h without the two function types.
     """
     name = problem.name
     declared = declared_launchers(problem)
