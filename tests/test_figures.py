@@ -147,7 +147,7 @@ def test_every_sweep_chart_is_readable_on_a_log_size_axis_with_every_recorded_si
 def test_the_coalescing_figure_and_the_model_only_roofline_are_readable():
     for cols in (4096, 16384):
         check_readable(charts.coalescing_figure(cols), f"coalescing figure at D = {cols}")
-    check_readable(roofline.plot_model_only(problems.names()), "model-only roofline")
+    check_readable(roofline.plot_model_only(problems.registered()), "model-only roofline")
 
 
 def test_the_explorers_roofline_is_readable():

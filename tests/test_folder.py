@@ -15,10 +15,13 @@ from pathlib import Path
 import pytest
 import torch
 
+from losslab import problems
 from losslab.__main__ import main
 from losslab.kernelbench import folder
 from losslab.kernelbench.export import export_solution
 from losslab.kernelbench.verdict import Verdict
+
+KL_DIV, CROSS_ENTROPY = problems.get("kl_div"), problems.get("cross_entropy")
 
 SOLUTIONS_DIR = Path(__file__).parent / "solutions"
 
@@ -82,7 +85,7 @@ def test_a_report_reads_correctness_speedup_and_speed_of_light_from_the_verdicts
 def test_an_answer_names_its_problem(tmp_path):
     cases = {
         "commented.py": "# problem: cross_entropy\nimport torch\n",
-        "exported.py": export_solution("kl_div", "naive"),  # PROBLEM = 'kl_div' and KernelBench's 98_KLDivLoss
+        "exported.py": export_solution(KL_DIV, "naive"),  # PROBLEM = 'kl_div' and KernelBench's 98_KLDivLoss
         "level1_95_CrossEntropyLoss_answer.py": "import torch\n",  # KernelBench's name in the file name
         "copied.py": '"""An answer to KernelBench level 1, 98_KLDivLoss."""\n',
         "kl_div_mine.py": "import torch\n",  # a problem's name opens the file name
@@ -195,8 +198,8 @@ def test_the_cli_grades_a_folder_without_a_gpu_as_no_gpu(mixed, tmp_path, capsys
 def test_a_small_real_folder_is_graded_with_speedups_and_fast_p(tmp_path):
     answers = tmp_path / "answers"
     answers.mkdir()
-    (answers / "kl_div_vectorized.py").write_text(export_solution("kl_div", "vectorized"))
-    (answers / "cross_entropy_vectorized.py").write_text(export_solution("cross_entropy", "vectorized"))
+    (answers / "kl_div_vectorized.py").write_text(export_solution(KL_DIV, "vectorized"))
+    (answers / "cross_entropy_vectorized.py").write_text(export_solution(CROSS_ENTROPY, "vectorized"))
     (answers / "one_row_in_eight.py").write_text("# problem: kl_div\n" + (SOLUTIONS_DIR / "one_row_in_eight.py")
                                                  .read_text())
     write_answer(answers, "segfaults", "os.kill(os.getpid(), signal.SIGSEGV)")

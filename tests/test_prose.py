@@ -237,8 +237,8 @@ def test_3_the_sass_beside_02s_backward_text_is_the_backward():
     text = next(c.source for c in cells if c.source.startswith("**warp_shuffle → vectorized.**"))
     assert "backward SASS after the diff" in plain(text)
     calls = re.findall(r"listings\.listing\([^)]*\)", " ".join(after(cells, "**warp_shuffle → vectorized.**")))
-    assert calls == ['listings.listing(problem, rungs[2], "backward", arch)',
-                     'listings.listing(problem, rungs[3], "backward", arch)'], calls
+    assert calls == ['listings.listing(spec, rungs[2], "backward", arch)',
+                     'listings.listing(spec, rungs[3], "backward", arch)'], calls
 
 
 def fixture_kernels(rung: str) -> list[machine_code.KernelCode]:
@@ -253,10 +253,10 @@ def fixture_kernels(rung: str) -> list[machine_code.KernelCode]:
 
 def test_4_the_listing_is_the_rungs_own_kernel_uncut_and_the_offsets_are_read_from_it(monkeypatch):
     monkeypatch.setattr(machine_code, "rung_code", lambda problem, rung, arch="sm_90": fixture_kernels(rung))
-    shown = listings.listing("kl_div", "vectorized", "forward").plain
+    shown = listings.listing(problems.get("kl_div"), "vectorized", "forward").plain
     assert shown.startswith("// kl_div_vectorized_forward_kernel") and "options" not in shown
     assert shown.count("LDG.E") == 20, "every line shown, none cut"
-    sentence = listings.unrolled_loads("kl_div", "warp_shuffle", "forward").data
+    sentence = listings.unrolled_loads(problems.get("kl_div"), "warp_shuffle", "forward").data
     assert "`-0x800`, `-0x400`, `+0x0`, `+0x400`" in sentence and "0x400 = 1024 bytes apart" in sentence
     for name in ("01_kl_div", "02_cross_entropy"):
         typed = [m for c in markdown_cells(notebook(name)) for m in re.findall(r"0x[0-9a-f]{3,}", c)]

@@ -88,20 +88,19 @@ def relative_error(value: torch.Tensor, reference: torch.Tensor) -> tuple[float,
     return (diff / scale if scale > 0 else diff), ""
 
 
-def resolve(problem: str, variant) -> tuple[str, Callable, Callable, Callable]:
+def resolve(problem: problems.Problem, variant) -> tuple[str, Callable, Callable, Callable]:
     """(name, op, launch_forward, launch_backward) of ``variant``: the name of one of the
     problem's rungs, or an object with ``name``, ``__call__`` (the op) and the problem
     launchers' ``launch_forward(inputs, out=, needs_grad=, grad_out=)`` and
     ``launch_backward(saved, grad_loss, out=)`` methods (e.g. ``losslab.teach.custom.CustomVariant``)."""
     variant = find_variant(problem, variant) if isinstance(variant, str) else variant
     if isinstance(variant, str):
-        spec = problems.get(problem)
-        return (variant, get_variant(problem, variant), functools.partial(spec.launch_forward, variant),
-                functools.partial(spec.launch_backward, variant))
+        return (variant, get_variant(problem, variant), functools.partial(problem.launch_forward, variant),
+                functools.partial(problem.launch_backward, variant))
     return variant.name, variant, variant.launch_forward, variant.launch_backward
 
 
-def check_inputs(problem: str, variant, inputs: tuple[torch.Tensor, ...], case: str,
+def check_inputs(problem: problems.Problem, variant, inputs: tuple[torch.Tensor, ...], case: str,
                  seed: int | None = None) -> list[CheckResult]:
     """Check ``variant`` of ``problem`` on the given inputs: forward, backward, written outputs.
 
@@ -118,16 +117,15 @@ def check_inputs(problem: str, variant, inputs: tuple[torch.Tensor, ...], case: 
       shows the run is deterministic); not for a variant without launchers (the public
       operator, ``variants.operator_variant``).
     """
-    spec = problems.get(problem)
     variant, op, launch_forward, launch_backward = resolve(problem, variant)
     shape = tuple(inputs[0].shape)
-    loss64, grad64 = spec.reference_float64(*inputs)
+    loss64, grad64 = problem.reference_float64(*inputs)
     loss_rtol, grad_rtol = TOLERANCES[inputs[0].dtype]
     grad_loss = torch.tensor(GRAD_LOSS, device=inputs[0].device)
     grad64 = grad64 * GRAD_LOSS
     if inputs[0].dtype != torch.float32:  # 16-bit: the best a gradient in that dtype can do
         grad_rtol += relative_error(grad64.to(inputs[0].dtype), grad64)[0]
-    expected_shape = spec.reference(*inputs).shape
+    expected_shape = problem.reference(*inputs).shape
 
     # detach() keeps the storage offset: a clone would realign a misaligned input
     predictions = inputs[0].detach().requires_grad_(True)
@@ -137,7 +135,7 @@ def check_inputs(problem: str, variant, inputs: tuple[torch.Tensor, ...], case: 
     grad = predictions.grad
 
     def result(direction, error, tolerance, detail):
-        return CheckResult(problem, variant, case, shape, direction, error, tolerance,
+        return CheckResult(problem.name, variant, case, shape, direction, error, tolerance,
                            passed=not detail and error <= tolerance, detail=detail, seed=seed)
 
     forward_detail = ""
@@ -165,42 +163,41 @@ def check_inputs(problem: str, variant, inputs: tuple[torch.Tensor, ...], case: 
             result("backward", backward_error, grad_rtol, backward_detail)]
 
 
-def check_variant(problem: str, variant, shape: tuple[int, int], *, seed: int | None = None,
+def check_variant(problem: problems.Problem, variant, shape: tuple[int, int], *, seed: int | None = None,
                   device: str = "cuda", dtype: torch.dtype = torch.float32) -> list[CheckResult]:
     """Check ``variant`` on fresh random ``dtype`` inputs of ``shape`` (a new seed per call unless given)."""
     seed = secrets.randbits(31) if seed is None else seed
-    inputs = problems.get(problem).make_inputs(shape, seed=seed, device=device, dtype=dtype)
+    inputs = problem.make_inputs(shape, seed=seed, device=device, dtype=dtype)
     name = str(dtype).removeprefix("torch.")
     return check_inputs(problem, variant, inputs, f"random {shape[0]}x{shape[1]} {name}", seed=seed)
 
 
-def check_edge_cases(problem: str, variant, device: str = "cuda") -> list[CheckResult]:
+def check_edge_cases(problem: problems.Problem, variant, device: str = "cuda") -> list[CheckResult]:
     """Check ``variant`` on each of the problem's named edge cases."""
     results = []
-    for case, inputs in problems.get(problem).edge_cases(device).items():
+    for case, inputs in problem.edge_cases(device).items():
         results += check_inputs(problem, variant, inputs, case)
     return results
 
 
-def check_problem(problem: str, variants: list | None = None, sizes: list[str] | None = None,
+def check_problem(problem: problems.Problem, variants: list | None = None, sizes: list[str] | None = None,
                   *, edge_cases: bool = True, device: str = "cuda", progress: bool = True) -> list[CheckResult]:
     """Check several variants (default: all; rung names or variant objects, see :func:`resolve`)
     at several named sizes (default: all of the problem's sizes) in every dtype each takes, then
     on the edge cases. Prints progress to stdout."""
-    spec = problems.get(problem)
-    variants = list(spec.variants if variants is None else variants)
-    sizes = list(sizes or spec.sizes)
+    variants = list(problem.variants if variants is None else variants)
+    sizes = list(sizes or problem.sizes)
     results = []
     for variant in variants:
         name = variant if isinstance(variant, str) else variant.name
         for size in sizes:
-            for dtype in (spec.dtypes(variant) if isinstance(variant, str) else variant.dtypes):
+            for dtype in (problem.dtypes(variant) if isinstance(variant, str) else variant.dtypes):
                 if progress:
-                    print(f"  checking {problem} {name} at {size} {spec.sizes[size]} {dtype} ...", flush=True)
-                results += check_variant(problem, variant, spec.sizes[size], device=device, dtype=dtype)
+                    print(f"  checking {problem.name} {name} at {size} {problem.sizes[size]} {dtype} ...", flush=True)
+                results += check_variant(problem, variant, problem.sizes[size], device=device, dtype=dtype)
         if edge_cases:
             if progress:
-                print(f"  checking {problem} {name} on the edge cases ...", flush=True)
+                print(f"  checking {problem.name} {name} on the edge cases ...", flush=True)
             results += check_edge_cases(problem, variant, device=device)
     return results
 

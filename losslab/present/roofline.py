@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import textwrap
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,12 +78,12 @@ def points(section: records.Section, directions: tuple[str, ...] = DIRECTIONS) -
             and section.primary_dtype == "float32"):  # ncu profiles float32
         measured = {(r.implementation, r.direction): r.dram_bytes_read + r.dram_bytes_written for r in ncu.records}
     away = {(e.implementation, e.direction) for e in work_elsewhere(section)}
-    out = []
+    spec, out = section.spec, []
     for row in section.rows:
         # the rungs and the peers: the teaching rungs and the public operator are in notebooks 01/02 and the sweep
         if row.direction not in directions or row.kind not in ("variant", "peer"):
             continue
-        cost = problems.get(row.problem).cost(tuple(row.shape), row.direction, getattr(torch, row.dtype))
+        cost = spec.cost(tuple(row.shape), row.direction, getattr(torch, row.dtype))
         key = (row.implementation, row.direction)
         # no measured-traffic point for a time that is no result or for kernels that did not do the work
         traffic = None if row.below_floor or key in away else measured.get(key)
@@ -151,14 +152,14 @@ def mufu_roofs(sections: list[records.Section], directions: tuple[str, ...] = DI
     out = []
     for section in sections:
         tops = section.ceilings.get("mufu_ex2_tops")
-        problem = section.problem or (section.rows[0].problem if section.rows else "")
-        if not tops or not section.primary_shape or problem not in problems.names():
+        spec = section.spec
+        if not tops or not section.primary_shape or spec is None:
             continue
         for direction in directions:
-            cost = problems.get(problem).cost(tuple(section.primary_shape), direction)
+            cost = spec.cost(tuple(section.primary_shape), direction)
             if cost.transcendentals and any(r.direction == direction for r in section.rows):
                 per = cost.flops / cost.transcendentals
-                out.append((f"MUFU roof {problem} {SHORT.get(direction, direction)}: {tops:.2f} Top/s x "
+                out.append((f"MUFU roof {spec.name} {SHORT.get(direction, direction)}: {tops:.2f} Top/s x "
                             f"{per:.1f} FLOP per log/exp (measured)", tops * 1e12 * per))
     return out
 
@@ -412,17 +413,16 @@ def plot_roofline(sections: records.Section | list[records.Section], directions:
     return fig
 
 
-def plot_model_only(problem_names: tuple[str, ...] | list[str], device: str = "H100 SXM"):
+def plot_model_only(specs: Sequence[problems.Problem], device: str = "H100 SXM"):
     """A roofline with no measurement: the datasheet roofs of ``device`` (labelled
-    datasheet) and a vertical line at each problem's model intensity (seed size, float32)
+    datasheet) and a vertical line at each problem's (of ``specs``) model intensity (seed size, float32)
     per direction. For machines with no recorded results yet. Returns the Figure."""
     import matplotlib.pyplot as plt
 
     sheet = datasheet(device)
     fig, ax = plt.subplots(figsize=(9, 5), layout="constrained")
-    seed = {name: problems.get(name).sizes["seed"] for name in problem_names}
-    lines = [(name, direction, problems.get(name).cost(seed[name], direction).arithmetic_intensity)
-             for name in problem_names for direction in ("forward", "backward")]
+    lines = [(spec.name, direction, spec.cost(spec.sizes["seed"], direction).arithmetic_intensity)
+             for spec in specs for direction in ("forward", "backward")]
     x_range = (min(x for _, _, x in lines) / 4, 200.0)
     if sheet:
         _draw_roofs(ax, {"read_gbps": None, "copy_gbps": None, "fp32_tflops": None, "datasheet": sheet}, x_range)

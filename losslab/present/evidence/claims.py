@@ -9,7 +9,7 @@ import html
 import math
 from dataclasses import dataclass
 
-from losslab import problems, records
+from losslab import records
 from losslab.present.evidence.counters import NOT_RECORDED, counters, dram_over_minimum, mufu_headroom
 from losslab.present.evidence.steps import MAX_WARPS_PER_SM, naive_parallelism, step, timed_row
 from losslab.present.html import Html, markdown, no_results, table
@@ -39,7 +39,7 @@ def fraction_of_ceiling(section: records.Section, row) -> float:
     time: 1.0 on the measured roof, above 1 faster than the reference kernels that set it."""
     from losslab.present.tables import floor_ms
 
-    return floor_ms(row.problem, tuple(row.shape), row.direction, bandwidth_gbps(section), row.dtype) / row.median_ms
+    return floor_ms(section.spec, tuple(row.shape), row.direction, bandwidth_gbps(section), row.dtype) / row.median_ms
 
 
 def _fraction_claim(section, key, rung, direction, minimum) -> Claim:
@@ -51,7 +51,7 @@ def _fraction_claim(section, key, rung, direction, minimum) -> Claim:
 
 
 def _naive_claims(section: records.Section) -> list[Claim]:
-    naive = problems.get(section.problem).variants[0]
+    naive = section.spec.variants[0]
     par = naive_parallelism(section, naive)
     excess = dram_over_minimum(section, naive, "forward")
     dram = (f"{naive} forward reads {excess:.4f} x the minimum bytes from DRAM (uncoalesced loads cost L1/L2 "
@@ -91,7 +91,7 @@ def _falls(section, key, lower, upper, name, what) -> Claim:
 
 
 def _counter_claims(section: records.Section) -> list[Claim]:
-    naive, shared, shuffle, *_ = problems.get(section.problem).variants
+    naive, shared, shuffle, *_ = section.spec.variants
     active = counters(section).get((naive, "forward"), {}).get("active_sms")
     sms = section.multiprocessors
     return [Claim(section.problem, "naive_active_sms",
@@ -105,11 +105,11 @@ def _counter_claims(section: records.Section) -> list[Claim]:
 def claims(section: records.Section) -> list[Claim]:
     """Every claim notebooks 01-03 make about ``section``'s problem, checked on its view."""
     section = section.view()
-    naive, shared, shuffle, vector, *_ = problems.get(section.problem).variants
+    naive, shared, shuffle, vector, *_ = section.spec.variants
     out = _naive_claims(section)
     out.append(_step_claim(section, "shuffle_flat", shared, shuffle, "forward", 0.9, 1.1,
                            "within 10%: the tree's steps are a small part of a row's time at this size"))
-    spec = problems.get(section.problem)
+    spec = section.spec
     rung, direction, least = spec.saturates
     out.append(_fraction_claim(section, "scalar_saturates", rung, direction, least))
     out += [_step_claim(section, key, lower, upper, direction, low, high, why)
