@@ -1,6 +1,7 @@
-"""The inputs the simulator runs a problem's launchers on, and their float64 references
-(kl_div, cross_entropy, hinge_loss, triplet_margin_loss, cosine_similarity_loss, mse_loss and smooth_l1_loss;
-``PROBLEMS`` maps a problem to its :class:`ProblemSpec`).
+"""The inputs the simulator runs each problem's launchers on, and their float64 references
+(``PROBLEMS`` maps a problem to its :class:`ProblemSpec`).
+One module: every loss's cases share :class:`Case`'s storage and offsets and the drivers' manifest
+format (a loss package cannot hold them: ``losslab.problems`` must not import ``losslab.teach``).
 
 A :class:`Case` holds the inputs as they lie in memory: flat float32 storage with an offset
 in elements from a 16-byte boundary, so a misaligned view is one case among others. Standard
