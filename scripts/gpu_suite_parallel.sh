@@ -2,8 +2,11 @@
 # scripts/gpu_suite.sh on several GPUs of one machine at once, so a multi-GPU machine records every
 # problem in the time of the slowest: each argument is a group of problems (comma-separated) that
 # runs on its own GPU, in its own copy of the repository (its own record file and build folder):
-# first the gpu tier of the tests that name the group's problems (TESTS=0 skips it), then
-# gpu_suite.sh's STAGES (default "bench sweep"). Then each group's sections are gathered into
+# gpu_suite.sh's STAGES (default "bench sweep") one problem after the other, each followed by its
+# fused rung exported as a KernelBench answer and graded by losslab evaluate (EVALUATE=0 skips
+# it), then the gpu tier of the tests that name the group's problems (TESTS=0 skips it).
+# WORKER_TIMEOUT (seconds, default 540) stops a group where it is: a problem whose stages ended is
+# whole. Then each group's sections are gathered into
 # reports/results/<device>.json (replacing those problems' sections, keeping the others'), the
 # ladder's claims are checked on the gathered record, and the summary prints last.
 # Logs: $OUT/gpu<i>/ and $OUT/gpu<i>.log; the gathered records: $OUT/results/.
@@ -20,23 +23,30 @@ if [ ${#groups[@]} -eq 0 ] || [ ${#groups[@]} -gt "$gpus" ]; then
     exit 2
 fi
 root=$PWD
+worker() {  # worker GPU "problem ..."
+    local i=$1 names=$2
+    cd "/tmp/losslab-gpu$i" || exit 1
+    export CUDA_VISIBLE_DEVICES=$i PYTHONPATH=/tmp/losslab-gpu$i${PYTHONPATH:+:$PYTHONPATH} TORCH_EXTENSIONS_DIR=/tmp/ext$i
+    for name in $names; do
+        STAGES=${STAGES:-bench sweep} OUT="$OUT/gpu$i/$name" bash scripts/gpu_suite.sh "$name"
+        if [ "${EVALUATE:-1}" != 0 ]; then  # the fused rung as a KernelBench answer, graded at KernelBench's size
+            python3 -m losslab export "$name" fused -o "$OUT/gpu$i/$name/answer_fused.py" \
+                && python3 -m losslab evaluate "$OUT/gpu$i/$name/answer_fused.py" --problem "$name" 2>&1 | tail -n 8
+        fi
+    done
+    if [ "${TESTS:-1}" != 0 ]; then
+        echo "== pytest -m gpu -k '${names// / or }'"
+        python3 -m pytest -q -rs -m gpu -p no:cacheprovider -k "${names// / or }" tests 2>&1 | tail -n 30
+    fi
+}
+export -f worker
+export OUT TESTS STAGES EVALUATE
 pids=()
 for i in "${!groups[@]}"; do
-    work=/tmp/losslab-gpu$i
-    rm -rf "$work" && cp -a "$root" "$work"
-    names=${groups[$i]//,/ }
-    (
-        cd "$work" || exit 1
-        export CUDA_VISIBLE_DEVICES=$i PYTHONPATH=$work${PYTHONPATH:+:$PYTHONPATH} TORCH_EXTENSIONS_DIR=/tmp/ext$i
-        if [ "${TESTS:-1}" != 0 ]; then
-            echo "== pytest -m gpu -k '${names// / or }'"
-            python3 -m pytest -q -rs -m gpu -p no:cacheprovider -k "${names// / or }" tests 2>&1 | tail -n 30
-        fi
-        # shellcheck disable=SC2086  # names is a list of problems
-        STAGES=${STAGES:-bench sweep} OUT="$OUT/gpu$i" bash scripts/gpu_suite.sh $names
-    ) > "$OUT/gpu$i.log" 2>&1 &
+    rm -rf "/tmp/losslab-gpu$i" && cp -a "$root" "/tmp/losslab-gpu$i"
+    timeout "${WORKER_TIMEOUT:-540}" bash -c "worker $i '${groups[$i]//,/ }'" > "$OUT/gpu$i.log" 2>&1 &
     pids+=($!)
-    echo "GPU $i: ${names} (log: $OUT/gpu$i.log)"
+    echo "GPU $i: ${groups[$i]//,/ } (log: $OUT/gpu$i.log)"
 done
 status=0
 for pid in "${pids[@]}"; do wait "$pid" || status=1; done

@@ -83,6 +83,17 @@ def test_an_edit_of_any_measured_source_makes_a_record_stale(tmp_path, what):
     assert not section.is_fresh(root), f"editing {what} ({path.relative_to(root)}) left the record fresh"
 
 
+def test_what_the_notebooks_claim_is_no_measured_source(tmp_path):
+    """A loss's claims.py states what its records should show (checked on each record); editing it
+    changes no measurement, so the record stays fresh (and its claims are checked anew)."""
+    root = _copy_repository(tmp_path)
+    section = records.Section("kl_div", "Fixture GPU", rows=[replace(_row(), sources_sha256=records.sources_sha256(
+        "kl_div", root))])
+    claims = root / "losslab/problems/kl_div/claims.py"
+    claims.write_text(claims.read_text() + "\n# an edit\n")
+    assert section.is_fresh(root)
+
+
 def test_compiler_flags_are_hashed(monkeypatch):
     before = records.sources_sha256("kl_div")
     monkeypatch.setattr(build, "NVCC_FLAGS", ("-O0", "-std=c++17"))

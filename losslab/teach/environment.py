@@ -117,6 +117,8 @@ NOTEBOOKS = (
     ("09_vocab_parallel", "Cross-entropy over several GPUs: the vocabulary split, one exchange of per-row statistics.",
      "shows the newest record (scripts/vocab_parallel_gpu.sh measures on two GPUs)",
      "shows the algebra and the newest record, or says none exists yet"),
+    ("10_loss_family", "KernelBench's other five losses, each added by the recipe: its ladder, checks and times.",
+     "shows each loss's newest record", "shows each loss's newest record, or says none exists yet"),
 )
 
 

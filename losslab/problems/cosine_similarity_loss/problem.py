@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from losslab.problems.base import Cost, Problem, heavy_rows, misaligned_view
-from losslab.problems.cosine_similarity_loss import host
+from losslab.problems.cosine_similarity_loss import claims, host
 from losslab.problems.cosine_similarity_loss.host import validate_inputs
 
 ROW_DOTS_BYTES = 12  # p.t, p.p, t.t of a row, float32: what the backward reads besides the inputs
@@ -26,7 +26,9 @@ class CosineSimilarityLoss(Problem):
         "scalar": (1, 1),
     }
     sweep_shapes = ((128, 4096), (128, 8192), (2048, 8192), (8192, 8192), (32768, 8192), (2048, 131072))
-    saturates = ("vectorized", "forward", 0.90)
+    step_claims = claims.STEP_CLAIMS
+    peer_notes = claims.PEER_NOTES
+    saturates = claims.SATURATES
 
     def reference(self, predictions: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         return torch.mean(1 - F.cosine_similarity(predictions, targets, dim=1))

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from losslab.problems.base import Cost, Problem, heavy_rows, misaligned_view
-from losslab.problems.hinge_loss import host
+from losslab.problems.hinge_loss import claims, host
 from losslab.problems.hinge_loss.host import validate_inputs
 
 PARETO_SCALE, PARETO_ALPHA = 0.01, 1.5  # KernelBench's Pareto(0.01, 1.5) predictions
@@ -26,7 +26,9 @@ class Hinge(Problem):
         "scalar": (1, 1),
     }
     sweep_shapes = ((128, 32768), (1024, 32768), (4096, 32768), (32768, 32768), (2048, 131072))
-    saturates = ("vectorized", "forward", 0.9)
+    step_claims = claims.STEP_CLAIMS
+    peer_notes = claims.PEER_NOTES
+    saturates = claims.SATURATES
 
     def reference(self, predictions: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         return torch.mean(torch.clamp(1 - predictions * targets, min=0))

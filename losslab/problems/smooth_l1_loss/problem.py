@@ -1,13 +1,11 @@
 """The smooth L1 (Huber) loss as a problem: the reference, inputs, sizes, cost model, edge cases and rung table."""
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 
 from losslab.problems.base import HALF_AND_FLOAT, Cost, Problem, Rung, heavy_rows, misaligned_view
-from losslab.problems.smooth_l1_loss import host
+from losslab.problems.smooth_l1_loss import claims, host
 from losslab.problems.smooth_l1_loss.host import validate_inputs
 
 PARETO_SCALE, PARETO_ALPHA = 0.01, 1.5  # KernelBench's inputs: Pareto(0.01, 1.5) samples
@@ -36,12 +34,9 @@ class SmoothL1(Problem):
         "scalar": (1, 1),
     }
     sweep_shapes = ((128, 32768), (2048, 32768), (8192, 32768), (32768, 32768), (2048, 131072))
-    # kl_div's ladder steps, which this ladder repeats (predictions for its first record to confirm)
-    step_claims = (
-        ("vector_flat", "warp_shuffle", "vectorized", "forward", 0.95, 1.05, "within 5%: flat"),
-        ("vector_pays", "warp_shuffle", "vectorized", "backward", 1.15, math.inf,
-         "at least x1.15: one element per thread in flight before, one pack after"),
-    )
+    saturates = claims.SATURATES
+    peer_notes = claims.PEER_NOTES
+    step_claims = claims.STEP_CLAIMS
 
     def reference(self, predictions: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         return F.smooth_l1_loss(predictions, targets)

@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from losslab.problems.base import HALF_AND_FLOAT, Cost, Problem, Rung, heavy_rows, misaligned_view
-from losslab.problems.triplet_margin_loss import host
+from losslab.problems.triplet_margin_loss import claims, host
 from losslab.problems.triplet_margin_loss.host import validate_inputs
 
 MARGIN = 1.0  # KernelBench's get_init_inputs() and PyTorch's default
@@ -33,6 +33,9 @@ class TripletMarginLoss(Problem):
         "scalar": (1, 1),
     }
     sweep_shapes = ((128, 8192), (2048, 8192), (8192, 8192), (32768, 8192), (2048, 131072))
+    saturates = claims.SATURATES
+    step_claims = claims.STEP_CLAIMS
+    peer_notes = claims.PEER_NOTES
 
     def reference(self, anchor: torch.Tensor, positive: torch.Tensor, negative: torch.Tensor) -> torch.Tensor:
         return F.triplet_margin_loss(anchor, positive, negative, margin=MARGIN)
