@@ -15,7 +15,7 @@
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT/results"
-export PYTHONUNBUFFERED=1
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 groups=("$@")
 gpus=$(nvidia-smi -L | wc -l)
 if [ ${#groups[@]} -eq 0 ] || [ ${#groups[@]} -gt "$gpus" ]; then
@@ -52,17 +52,20 @@ status=0
 for pid in "${pids[@]}"; do wait "$pid" || status=1; done
 
 echo "== gathering each group's sections into reports/results/"
-PYTHONPATH=$root python3 - "${groups[@]}" <<'PY'
+python3 - "${groups[@]}" <<'PY'
 import sys
 from pathlib import Path
+
+import torch
 
 from losslab import records
 from losslab.records import files
 
+here = files.device_slug(torch.cuda.get_device_name(0))  # this machine's record only
 for i, group in enumerate(sys.argv[1:]):
     for record in files.load_records(Path(f"/tmp/losslab-gpu{i}/reports/results")):
         for problem in group.split(","):
-            if problem in record.sections:
+            if files.device_slug(record.device) == here and problem in record.sections:
                 path = records.save_section(problem, record.sections[problem], replace=True)
                 print(f"{problem} ({record.device}) from GPU {i} -> {path}")
 PY
@@ -70,5 +73,5 @@ python3 -m pytest -q -rs -p no:cacheprovider tests/test_ladder_claims.py > "$OUT
 tail -n 5 "$OUT/claims.log"
 cp reports/results/*.json "$OUT/results/"
 for i in "${!groups[@]}"; do echo "== GPU $i: ${groups[$i]}"; grep -E "passed|failed|error|exit" "$OUT/gpu$i.log" | tail -n 4; done
-PYTHONPATH=$root python3 -m losslab summary
+python3 -m losslab summary
 exit $status
