@@ -171,7 +171,8 @@ def hinge_loss(input: torch.Tensor, target: torch.Tensor, reduction: str = "mean
     Returns the loss in ``input``'s dtype (0-d, or ``input``'s shape for none); the math runs in
     float32. The gradient w.r.t. ``input`` is ``-target`` where ``1 - input * target > 0`` and 0
     elsewhere, at the hinge itself and where the margin is NaN too (as autograd of
-    ``torch.clamp`` gives); a NaN in either input makes its term NaN.
+    ``torch.clamp`` gives from torch 2.14, requirements.txt's pin; torch 2.11 and older pass
+    the gradient at the hinge); a NaN in either input makes its term NaN.
 
     Raises:
         TypeError: ``input`` or ``target`` not a tensor, or ``input`` of another dtype.

@@ -33,6 +33,21 @@ class Hinge(Problem):
     def reference(self, predictions: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         return torch.mean(torch.clamp(1 - predictions * targets, min=0))
 
+    def reference_float64(self, predictions: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The loss of :meth:`reference` in float64 and its gradient written out, -[1 - p t > 0] t / (B D)
+        ((B, D), float64): 0 at the hinge (1 - p t = 0) and where the margin is NaN, NaN where t is.
+
+        Not autograd's, whose value at the hinge depends on the torch version: clamp(min=0) passed the
+        gradient there from PyTorch 0.4 (pytorch/pytorch#7049, ``self >= min``) to at least 2.11 (the
+        H200 record's torch), and passes none, the minimum-norm subgradient as relu's, since
+        pytorch/pytorch#191142 (issue #184572: ``self > min`` in the derivatives.yaml of torch 2.14.1,
+        requirements.txt's pin). The kernels keep the pinned torch's convention on any torch.
+        """
+        p, t = predictions.detach().double(), targets.detach().double()
+        margin = 1 - p * t
+        grad = -(torch.where(margin > 0, margin.new_tensor(1 / margin.numel()), margin.new_tensor(0.0)) * t)
+        return torch.mean(torch.clamp(margin, min=0)), grad
+
     def make_inputs(self, shape, *, seed, device="cuda", dtype=torch.float32):
         """KernelBench's draw from a seeded generator: predictions Pareto(0.01, 1.5) (``scale *
         U ** (-1 / alpha)``, U uniform in (0, 1], as torch.distributions.Pareto samples), (D,)
