@@ -315,11 +315,17 @@ def triplet_case(name: str, B: int, D: int, seed: int, offsets: tuple[int, int, 
 
 def triplet_cases() -> list[Case]:
     """triplet_margin_loss's standard cases: aligned, odd width, one element, a view one element past a
-    16-byte boundary, the three inputs at different offsets, and every input zero (both distances
-    eps * sqrt(D): the loss is the margin, the gradient zero)."""
+    16-byte boundary, the three inputs at different offsets, every input zero (both distances
+    eps * sqrt(D): the loss is the margin, the gradient zero), and the positive equal to the anchor."""
     zeros = triplet_case("every input zero (2 x 64)", 2, 64, seed=5)
     zeros.p[:] = 0.0
     zeros.t[:] = 0.0
+    # d(a, p) = eps * sqrt(D) from D equal terms: a sequential float32 sum of them drifts (naive's, plain,
+    # 2.8e-6 off in the gradient); the negative near, so every row has a loss
+    equal = triplet_case("positive equal to the anchor, negative near (16 x 1000)", 16, 1000, seed=7)
+    anchor = equal.row_view(0)
+    equal.row_view(1)[:] = anchor
+    equal.row_view(2)[:] = anchor + np.float32(0.01) * (equal.row_view(2) - anchor)
     return [
         triplet_case("3 x 1000", 3, 1000, seed=0),
         triplet_case("2 x 37 (odd width)", 2, 37, seed=1),
@@ -329,6 +335,7 @@ def triplet_cases() -> list[Case]:
         triplet_case("the three at different offsets (2 x 300)", 2, 300, seed=4, offsets=(1, 2, 3)),
         triplet_case("8 x 20 (rows with and without a loss)", 8, 20, seed=6),
         zeros,
+        equal,
     ]
 
 
