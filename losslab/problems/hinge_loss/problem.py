@@ -39,9 +39,9 @@ class Hinge(Problem):
 
         Not autograd's, whose value at the hinge depends on the torch version: clamp(min=0) passed the
         gradient there from PyTorch 0.4 (pytorch/pytorch#7049, ``self >= min``) to at least 2.11 (the
-        H200 record's torch), and passes none, the minimum-norm subgradient as relu's, since
-        pytorch/pytorch#191142 (issue #184572: ``self > min`` in the derivatives.yaml of torch 2.14.1,
-        requirements.txt's pin). The kernels keep the pinned torch's convention on any torch.
+        H200 record's torch), and passes none, the minimum-norm subgradient as relu's, in torch 2.14.1,
+        requirements.txt's pin (its derivatives.yaml: ``where(self > min, grad, 0)``; the change of
+        pytorch/pytorch issue #184572). The kernels keep the pinned torch's convention on any torch.
         """
         p, t = predictions.detach().double(), targets.detach().double()
         margin = 1 - p * t

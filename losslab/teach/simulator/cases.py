@@ -321,7 +321,7 @@ def triplet_cases() -> list[Case]:
     zeros.p[:] = 0.0
     zeros.t[:] = 0.0
     # d(a, p) = eps * sqrt(D) from D equal terms: a sequential float32 sum of them drifts (naive's, plain,
-    # 2.8e-6 off in the gradient); the negative near, so every row has a loss
+    # 2.7e-6 off in the gradient); the negative near, so every row has a loss
     equal = triplet_case("positive equal to the anchor, negative near (16 x 1000)", 16, 1000, seed=7)
     anchor = equal.row_view(0)
     equal.row_view(1)[:] = anchor
