@@ -108,8 +108,9 @@ def test_an_answer_whose_problem_cannot_be_told_is_refused(tmp_path):
     (tmp_path / "plain.py").write_text("# 98_KLDivLoss or 95_CrossEntropyLoss?\n")
     with pytest.raises(ValueError, match="it could be cross_entropy or kl_div"):
         folder.answers(tmp_path)
-    (tmp_path / "plain.py").write_text("# problem: mse_loss\n")
-    with pytest.raises(ValueError, match=r"names 'mse_loss'; expected one of"):
+    # l1_loss: a PyTorch loss that is not one of our problems
+    (tmp_path / "plain.py").write_text("# problem: l1_loss\n")
+    with pytest.raises(ValueError, match=r"names 'l1_loss'; expected one of"):
         folder.answers(tmp_path)
 
 
@@ -119,16 +120,17 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
         path.mkdir()
     (text_only / "notes.txt").write_text("x")
     (unnamed / "a.py").write_text("import torch\n")
-    (tmp_path / "map.json").write_text(json.dumps({"a.py": "mse_loss"}))
+    # l1_loss: a PyTorch loss that is not one of our problems
+    (tmp_path / "map.json").write_text(json.dumps({"a.py": "l1_loss"}))
     (tmp_path / "list.json").write_text("[1]")
     cases = [
         (["evaluate", str(tmp_path / "missing")], "losslab evaluate: solution: expected an existing file or folder"),
         (["evaluate", str(empty)], f"losslab evaluate: solution: {empty} holds no .py answers (it is empty)"),
         (["evaluate", str(text_only)], f"losslab evaluate: solution: {text_only} holds no .py answers"),
         (["evaluate", str(unnamed)], "losslab evaluate: solution: answer a.py: cannot tell its problem"),
-        (["evaluate", str(unnamed), "--problem", "mse_loss"], "losslab evaluate: --problem: expected one of"),
+        (["evaluate", str(unnamed), "--problem", "l1_loss"], "losslab evaluate: --problem: expected one of"),
         (["evaluate", str(unnamed), "--problems", str(tmp_path / "map.json")],
-         "losslab evaluate: --problems: no problem 'mse_loss'"),
+         "losslab evaluate: --problems: no problem 'l1_loss'"),
         (["evaluate", str(unnamed), "--problems", str(tmp_path / "list.json")],
          "losslab evaluate: --problems: expected a JSON object of answer file name -> problem name"),
         (["evaluate", str(unnamed), "--problems", str(tmp_path / "nothing.json")],

@@ -319,7 +319,7 @@ def test_8_a_determinism_probe_with_nan_losses_states_no_nan_range():
 
 def readme_workshop_times() -> dict[str, tuple[str, str]]:
     """notebook -> (live time, headless time) from the README's workshop table."""
-    rows = re.findall(r"^\| (0\d_\w+) \|[^|]*\| ([^|]*) \| ([^|]*) \|$", README.read_text(), flags=re.M)
+    rows = re.findall(r"^\| (\d\d_\w+) \|[^|]*\| ([^|]*) \| ([^|]*) \|$", README.read_text(), flags=re.M)
     return {name: (live.strip(), headless.strip()) for name, live, headless in rows}
 
 

@@ -7,7 +7,14 @@ One module per job: ``steps`` (× rung below per direction, naive's launch again
 predicted times scored) and ``long_rows`` (cross_entropy's rows too long for one SM, and cluster).
 Every public name is re-exported here: ``evidence.<name>`` is the way to use them.
 """
-from losslab.present.evidence.claims import Claim, claims, claims_table, fraction_of_ceiling, fraction_statement
+from losslab.present.evidence.claims import (
+    Claim,
+    claims,
+    claims_table,
+    fraction_of_ceiling,
+    fraction_statement,
+    roof_claims,
+)
 from losslab.present.evidence.counters import (
     COUNTERS,
     ELSEWHERE_SHARE,
@@ -59,6 +66,6 @@ __all__ = ["CLUSTER_SASS", "COUNTERS", "DIRECTIONS", "ELSEWHERE_SHARE", "LONG_RO
            "WHY_ELSEWHERE", "Claim", "Elsewhere", "LongRow", "Parallelism", "Step", "claims", "claims_table",
            "cluster_claims", "cluster_machine_code", "counters", "counters_table", "dram_over_minimum",
            "fraction_of_ceiling", "fraction_statement", "long_rows", "long_rows_after", "long_rows_before",
-           "mufu_headroom", "naive_parallelism", "naive_step_ratio", "ncu_record", "predict", "score_prediction",
-           "split_rung", "step", "step_on_devices", "steps", "steps_table", "threads_per_block", "timed_row",
-           "work_elsewhere", "work_elsewhere_note"]
+           "mufu_headroom", "naive_parallelism", "naive_step_ratio", "ncu_record", "predict", "roof_claims",
+           "score_prediction", "split_rung", "step", "step_on_devices", "steps", "steps_table", "threads_per_block",
+           "timed_row", "work_elsewhere", "work_elsewhere_note"]

@@ -61,18 +61,25 @@ def _naive_claims(section: records.Section) -> list[Claim]:
             Claim(section.problem, "naive_dram_minimum", dram, None if excess is None else excess < 1.02)]
 
 
-def _roof_claims(section: records.Section, best: str) -> list[Claim]:
+def roof_claims(section: records.Section, best: str = "vectorized") -> list[Claim]:
+    """The claims notebook 03 makes of any problem's ``section``, whatever its ladder: ``best``'s
+    forward runs within 8x of the special-function (MUFU) ceiling (None where the record has no
+    MUFU ceiling or ``best`` row, or the loss no transcendental), and every row above the measured
+    ceiling stays below the datasheet peak."""
+    section = section.view()
     headroom = mufu_headroom(section, best, "forward")
     sheet = section.ceilings.get("datasheet") or {}
     limit = sheet.get("memory_gbps", 0) / (section.ceilings.get("read_gbps") or math.inf)
     fraction = {id(r): fraction_of_ceiling(section, r) for r in section.rows}
     above = [r for r in section.rows if fraction[id(r)] > 1 and not r.below_floor]
     worst = max(above, key=lambda r: fraction[id(r)], default=None)
+    if headroom is None:
+        mufu = f"{best} forward: no MUFU headroom (no MUFU ceiling or row recorded, or no transcendental in the model)"
+    else:
+        near = "less than 8x: the MUFU roof is near" if headroom < 8 else "8x or more: the MUFU roof is far"
+        mufu = f"{best} forward runs {headroom:.1f}x below the special-function (MUFU) ceiling ({near})"
     return [
-        Claim(section.problem, "mufu_headroom",
-              f"{best} forward runs {headroom:.1f}x below the special-function (MUFU) ceiling (less than 8x: the "
-              "MUFU roof is near)" if headroom else "no MUFU ceiling recorded", None if headroom is None else
-              headroom < 8),
+        Claim(section.problem, "mufu_headroom", mufu, None if headroom is None else headroom < 8),
         Claim(section.problem, "above_roof_below_datasheet",
               (f"{len(above)} rows above the measured ceiling, the highest {worst.implementation} {worst.direction} "
                f"at {fraction[id(worst)]:.0%}, all below the datasheet peak ({limit:.0%} of it)") if worst
@@ -114,7 +121,7 @@ def claims(section: records.Section) -> list[Claim]:
     out.append(_fraction_claim(section, "scalar_saturates", rung, direction, least))
     out += [_step_claim(section, key, lower, upper, direction, low, high, why)
             for key, lower, upper, direction, low, high, why in spec.step_claims]
-    return out + _roof_claims(section, vector) + _counter_claims(section)
+    return out + roof_claims(section, vector) + _counter_claims(section)
 
 
 def claims_table(section: records.Section | None, found: list[Claim] | None = None) -> Html:
