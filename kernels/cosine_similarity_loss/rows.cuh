@@ -21,7 +21,9 @@
 
 struct RowDots {
     float pt = 0.0f, pp = 0.0f, tt = 0.0f;
-    __device__ __forceinline__ void add(float p, float t) { pt = fmaf(p, t, pt), pp = fmaf(p, p, pp), tt = fmaf(t, t, tt); }
+    __device__ __forceinline__ void add(float p, float t) {
+        pt = fmaf(p, t, pt), pp = fmaf(p, p, pp), tt = fmaf(t, t, tt);
+    }
 };
 
 // The row's split: packs only where every buffer of the row sits at p's offset from a

@@ -10,7 +10,8 @@
 #include "cosine_similarity_loss/cosine.cuh"
 #include "cosine_similarity_loss/launchers.h"
 
-// Launch knobs (losslab/build/knobs.py): -DLOSSLAB_COSINE_SIMILARITY_LOSS_SHARED_MEMORY_THREADS=<value> builds another one.
+// Launch knobs (losslab/build/knobs.py): -DLOSSLAB_COSINE_SIMILARITY_LOSS_SHARED_MEMORY_THREADS=<value>
+// builds another one.
 #ifndef LOSSLAB_COSINE_SIMILARITY_LOSS_SHARED_MEMORY_THREADS
 #define LOSSLAB_COSINE_SIMILARITY_LOSS_SHARED_MEMORY_THREADS 256  // threads per block: 32 64 128 256 512 1024
 #endif
@@ -19,7 +20,8 @@ namespace {
 
 constexpr int THREADS = LOSSLAB_COSINE_SIMILARITY_LOSS_SHARED_MEMORY_THREADS;
 static_assert(THREADS >= 32 && THREADS <= 1024 && (THREADS & (THREADS - 1)) == 0,
-              "LOSSLAB_COSINE_SIMILARITY_LOSS_SHARED_MEMORY_THREADS: a power of 2 from 32 to 1024 (the tree halves it)");
+              "LOSSLAB_COSINE_SIMILARITY_LOSS_SHARED_MEMORY_THREADS: a power of 2 from 32 to 1024 "
+              "(the tree halves it)");
 
 struct Dots {
     float pt, pp, tt;

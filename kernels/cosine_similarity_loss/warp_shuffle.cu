@@ -12,7 +12,8 @@
 #include "cosine_similarity_loss/cosine.cuh"
 #include "cosine_similarity_loss/launchers.h"
 
-// Launch knobs (losslab/build/knobs.py): -DLOSSLAB_COSINE_SIMILARITY_LOSS_WARP_SHUFFLE_THREADS=<value> builds another one.
+// Launch knobs (losslab/build/knobs.py): -DLOSSLAB_COSINE_SIMILARITY_LOSS_WARP_SHUFFLE_THREADS=<value>
+// builds another one.
 #ifndef LOSSLAB_COSINE_SIMILARITY_LOSS_WARP_SHUFFLE_THREADS
 #define LOSSLAB_COSINE_SIMILARITY_LOSS_WARP_SHUFFLE_THREADS 256  // threads per block: 32 64 128 256 512 1024
 #endif

@@ -6,8 +6,8 @@
 //   huber(d; delta) = delta * smooth_l1(d) with beta = delta
 //
 // beta = 0 is the L1 loss (slope 0 at d = 0, and at a NaN d, as ATen's l1_loss backward). NaN
-// propagates otherwise: every comparison with it is false, so the middle branch's d / beta carries it. The ladder's problem is KernelBench's:
-// beta = 1, reduction mean, loss = sum smooth_l1 / (B D).
+// propagates otherwise: every comparison with it is false, so the middle branch's d / beta carries it.
+// The ladder's problem is KernelBench's: beta = 1, reduction mean, loss = sum smooth_l1 / (B D).
 #pragma once
 
 // inv_beta = 1 / beta, or 0 for beta = 0 (whose quadratic branch is never taken).

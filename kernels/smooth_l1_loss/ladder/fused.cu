@@ -34,7 +34,8 @@ __device__ __forceinline__ float block_sum(float value) {
 
 // The sum of four elements' terms, and four elements' gradients.
 __device__ __forceinline__ float term4(float4 p, float4 t) {
-    return (smooth_l1_term(p.x, t.x) + smooth_l1_term(p.y, t.y)) + (smooth_l1_term(p.z, t.z) + smooth_l1_term(p.w, t.w));
+    return (smooth_l1_term(p.x, t.x) + smooth_l1_term(p.y, t.y))
+         + (smooth_l1_term(p.z, t.z) + smooth_l1_term(p.w, t.w));
 }
 
 __device__ __forceinline__ float4 grad4(float4 p, float4 t, float scaled_grad) {
