@@ -153,9 +153,9 @@ def test_recorded_rows_below_the_physical_floor_are_flagged_and_none_is_a_lossla
     (Liger's cross_entropy backward, whose gradient its forward computed, has been), and no rung
     of the ladder is ever below it: its times are real work."""
     checked = 0
-    for device in records.devices():
-        for problem in problems.names():
-            for row in records.latest_section(problem, device).rows:
+    for record in records.load_records():  # each device's record: the losses measured there
+        for section in record.sections.values():
+            for row in section.rows:
                 if row.floor_ms is None:
                     continue
                 checked += 1

@@ -20,11 +20,20 @@ def kernel_path(problem: problems.Problem, variant: str, *, operator: bool = Fal
     ``operator``) the operator's ``kernels/<problem>/<variant>.cu`` (every dtype and option).
 
     Raises:
-        ValueError: unknown variant.
+        ValueError: a variant neither in the teaching ladder nor the operators' rungs.
     """
-    problem.check_variant_name(variant)
     taught = ladder.folder(problem.name) / f"{variant}.cu"
-    return taught if taught.exists() and not operator else KERNELS / problem.name / f"{variant}.cu"
+    if not operator and variant in taught_rungs(problem) and taught.exists():
+        return taught
+    problem.check_variant_name(variant)
+    return KERNELS / problem.name / f"{variant}.cu"
+
+
+def taught_rungs(problem: problems.Problem) -> tuple[str, ...]:
+    """The rungs the notebooks teach, in order: ``problem``'s teaching ladder (``build.ladder.rungs``)
+    where it has one, else its operators' rungs (``problem.variants``)."""
+    has_ladder = problem.name in ladder.problems_with_ladder()
+    return ladder.rungs(problem.name) if has_ladder else tuple(problem.variants)
 
 
 def _shown(path: Path) -> str:
@@ -52,8 +61,8 @@ def rung_header(problem: problems.Problem, variant: str) -> str:
 
 
 def ladder_summary(problem: problems.Problem, variants: list[str] | None = None) -> Html:
-    """A table of the rungs, each with its header comment (what it fixes)."""
-    variants = list(variants or problem.variants)
+    """A table of the rungs (default :func:`taught_rungs`), each with its header comment (what it fixes)."""
+    variants = list(variants or taught_rungs(problem))
     body = [[f"<code>{html.escape(v)}</code>", html.escape(rung_header(problem, v))] for v in variants]
     plain = "\n".join(f"{v}: {rung_header(problem, v)}" for v in variants)
     return Html(table(["rung", "what it does, and what it fixes"], body, text_columns=2), plain=plain)

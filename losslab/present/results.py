@@ -132,7 +132,7 @@ def measured_where(section: records.Section) -> str:
 def implementation_order(section: records.Section, implementation: str) -> float:
     """Sort key: the ladder's rungs in order, each followed by its other launch configurations
     (``build.knobs``), then the peers in the order the section lists them."""
-    order = list(section.spec.variants)
+    order = list(section.ladder)
     if implementation not in order and knobs.rung_of(implementation) in order:
         return order.index(knobs.rung_of(implementation)) + 0.5
     order += [r.implementation for r in section.rows if r.implementation not in order]

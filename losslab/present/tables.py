@@ -151,7 +151,7 @@ def timing_table(section: records.Section | None, rung_below: list[BenchRow] | t
     head = (["direction", "implementation", "median ms", "p10-p90 ms", "GB/s", "of bandwidth", "extra MiB",
              "rel. error"] + [f"&times; {p}" for p in peers] + ["&times; rung below"] + (["measured"] if dated else []))
     body = []
-    ladder = list(section.spec.variants)
+    ladder = list(section.ladder)
     for direction in problems.DIRECTIONS:
         timed = {r.implementation: r for r in (*rung_below, *rows) if r.direction == direction
                  and r.kind == "variant" and tuple(r.shape) == tuple(section.primary_shape or ())

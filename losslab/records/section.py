@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from losslab import problems
+from losslab.build import ladder
 from losslab.measure.bench import BenchRow, Skipped, flag_physical_floor, set_speedups
 from losslab.measure.check import CheckResult
 from losslab.measure.ncu import Profile
@@ -40,7 +41,8 @@ class Section:
     ``ncu``: the newest ``ncu.profile_problem`` result (a typed ``measure.ncu.Profile``), or None;
     ``skipped``: the (shape, dtype, implementation) a sweep or bench left out (a hopeless rung, a
     peer that cannot run there), each with its reason (:class:`Skipped`); a measured row of the same
-    key removes its entry.
+    key removes its entry. ``rungs``: the rungs in ladder order where they are not the operators'
+    (:meth:`taught` sets the teaching ladder's; not saved), () for the problem's ``variants``.
     """
 
     problem: str
@@ -54,6 +56,7 @@ class Section:
     ncu: Profile | None = field(default=None, repr=False)
     source: str = "recorded"
     skipped: list[Skipped] = field(default_factory=list, repr=False)
+    rungs: tuple[str, ...] = field(default=(), repr=False)
 
     def __post_init__(self):
         self.ncu = Profile.from_dict(self.ncu)
@@ -64,6 +67,13 @@ class Section:
         """The :class:`~losslab.problems.Problem` it measured, looked up once by the name the record
         gives it (None for a problem no longer registered)."""
         return registered_problem(self.problem)
+
+    @property
+    def ladder(self) -> tuple[str, ...]:
+        """The rungs in ladder order, naive first: :attr:`rungs` where set (the teaching ladder's,
+        :meth:`taught`), else the problem's ``variants`` (() for a problem no longer registered)."""
+        spec = self.spec
+        return self.rungs or (tuple(spec.variants) if spec else ())
 
     @property
     def shapes(self) -> list[tuple[int, ...]]:
@@ -98,9 +108,11 @@ class Section:
     def taught(self) -> Section:
         """The teaching ladder's view of this section: its rows, checks and ncu counters of kind
         "ladder" (``"fused [ladder]"``, kernels/<problem>/ladder/) under their rungs' names as
-        variants, in place of the operators' rungs; the peers kept, the public operator left out.
-        What notebooks 01 and 02 show: the kernels they list are the ones timed. A section without
-        teaching rows (recorded before they were) is returned as it is."""
+        variants, in place of the operators' rungs, and the ladder's rung order
+        (``build.ladder.rungs``) as :attr:`ladder`, whatever the operators' rungs are; the peers
+        kept, the public operator left out. What notebooks 01 and 02 show: the kernels they list
+        are the ones timed. A section without teaching rows (recorded before they were) is
+        returned as it is."""
         def rung(name: str) -> str:
             return name.removesuffix(LADDER_TAG).strip()
 
@@ -116,14 +128,13 @@ class Section:
                 dataclasses.replace(c, implementation=rung(c.implementation), kind="variant")
                 if c.implementation.endswith(LADDER_TAG) else c
                 for c in ncu.records if c.implementation.endswith(LADDER_TAG) or c.kind == "peer"])
-        return dataclasses.replace(self, rows=rows, checks=checks, ncu=ncu)
+        return dataclasses.replace(self, rows=rows, checks=checks, ncu=ncu, rungs=ladder.rungs(self.problem))
 
     def view(self, shape=None, dtype: str | None = None) -> Section:
         """A copy holding only the rows at one shape and dtype (see :meth:`select`); checks, ceilings
         and ncu are kept."""
-        return Section(self.problem, self.device, self.multiprocessors, self.memory_bytes, self.compute_capability,
-                       self.select(shape, dtype), list(self.checks), self.ceilings, self.ncu, self.source,
-                       list(self.skipped))
+        return dataclasses.replace(self, rows=self.select(shape, dtype), checks=list(self.checks),
+                                   skipped=list(self.skipped))
 
     def sweep(self, dtype: str = "float32", direction: str = "forward") -> list[SweepLine]:
         """The rows at ``dtype`` and ``direction`` over every recorded shape, as one
@@ -131,7 +142,7 @@ class Section:
         each line's points ordered by minimum bytes: what a time- or bandwidth-against-size figure
         plots. Lines with a single shape are kept (a rung timed only at the seed size)."""
         spec = self.spec
-        order = list(spec.variants) if spec else []
+        order = list(self.ladder)
         rows = [r for r in self.rows if r.dtype == dtype and r.direction == direction]
         names = sorted(dict.fromkeys(r.implementation for r in rows),
                        key=lambda n: (n not in order, order.index(n) if n in order else 0))

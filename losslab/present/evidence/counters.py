@@ -86,7 +86,7 @@ def counters_table(section: records.Section | None, direction: str = "forward",
     found = {k: v for k, v in counters(section).items() if k[1] == direction and (rungs is None or k[0] in rungs)}
     if not found:
         return message(NOT_RECORDED)
-    rungs = [r for r in section.spec.variants if (r, direction) in found]
+    rungs = [r for r in section.ladder if (r, direction) in found]
     names = list(dict.fromkeys(n for v in found.values() for n in v))
 
     def fmt(v) -> str:

@@ -20,7 +20,7 @@ def predict(section: records.Section | None, predicted_ms: dict | float | None =
     if section is None or not section.rows:
         return {}
     section = section.view()
-    rungs = [r for r in section.spec.variants if timed_row(section, r, direction)]
+    rungs = [r for r in section.ladder if timed_row(section, r, direction)]
     floor = floor_ms(section.spec, tuple(section.primary_shape), direction, bandwidth_gbps(section),
                      section.primary_dtype or "float32")
     given = predicted_ms if isinstance(predicted_ms, dict) else dict.fromkeys(rungs, predicted_ms)

@@ -7,12 +7,13 @@ against the device's SM count (:func:`naive_parallelism`, :func:`naive_step_rati
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 import torch
 
 from losslab import problems, records
-from losslab.build import KERNELS, knobs
+from losslab.build import KERNELS, knobs, ladder
 from losslab.present.html import Html, markdown, no_results, table
 from losslab.present.results import bandwidth_gbps
 
@@ -46,7 +47,7 @@ def steps(section: records.Section) -> list[Step]:
     """Each adjacent pair of rungs in every direction both were timed in (the section's view)."""
     section = section.view()
     times = _times(section)
-    rungs = section.spec.variants
+    rungs = section.ladder
     return [Step(lo, up, d, times[lo, d], times[up, d]) for lo, up in zip(rungs, rungs[1:], strict=False)
             for d in DIRECTIONS if (lo, d) in times and (up, d) in times]
 
@@ -106,12 +107,24 @@ def step_on_devices(problem: problems.Problem, lower: str, upper: str, direction
 
 # --- naive's parallelism -----------------------------------------------------------------------------
 
-def threads_per_block(problem: str, rung: str) -> int:
-    """The default of the ``THREADS`` knob of ``kernels/<problem>/<rung>.cu`` (``build.knobs``).
+# a teaching rung's block size: ``constexpr int THREADS = 256;`` (kernels/<problem>/ladder/<rung>.cu)
+_TAUGHT_THREADS = re.compile(r"^constexpr int THREADS = (\d+);", re.MULTILINE)
+
+
+def threads_per_block(problem: str, rung: str, *, taught: bool = False) -> int:
+    """The threads per block of ``rung``: the default of the ``THREADS`` knob of the operator's
+    ``kernels/<problem>/<rung>.cu`` (``build.knobs``), or with ``taught`` the ``constexpr int
+    THREADS`` of the teaching rung ``kernels/<problem>/ladder/<rung>.cu``.
 
     Raises:
-        ValueError: the file declares no THREADS knob.
+        ValueError: the file declares no THREADS (knob or constant), or does not exist.
     """
+    if taught:
+        path = ladder.folder(problem) / f"{rung}.cu"
+        found = _TAUGHT_THREADS.findall(path.read_text()) if path.is_file() else []
+        if not found:
+            raise ValueError(f"{path.relative_to(KERNELS.parent)}: no 'constexpr int THREADS = <n>;'")
+        return int(found[0])
     found = [k.default for k in knobs.knobs(problem, rung, KERNELS) if k.name == "THREADS"]
     if not found:
         raise ValueError(f"kernels/{problem}/{rung}.cu: no THREADS knob (LOSSLAB_<PROBLEM>_<RUNG>_THREADS)")
@@ -151,11 +164,12 @@ class Parallelism:
 
 def naive_parallelism(section: records.Section, rung: str | None = None) -> Parallelism:
     """The launch of ``rung`` (default the ladder's first, one thread per row) at the section's
-    shape, against its device's SM count."""
+    shape, against its device's SM count; the teaching rung's launch in a taught view
+    (``Section.taught``), the operator's otherwise."""
     section = section.view()
-    rung = rung or section.spec.variants[0]
+    rung = rung or section.ladder[0]
     rows = (section.primary_shape or section.spec.sizes["seed"])[0]
-    threads = threads_per_block(section.problem, rung)
+    threads = threads_per_block(section.problem, rung, taught=bool(section.rungs))
     blocks = math.ceil(rows / threads)
     forward = next((r for r in section.rows if r.implementation == rung and r.direction == "forward"), None)
     sms = section.multiprocessors or 0
@@ -171,7 +185,7 @@ def naive_step_ratio(section: records.Section, other: records.Section) -> str:
     steps as (busy SMs of the other's naive / this one's) x (this one's shared_memory forward
     fraction of bandwidth / the other's), from the records."""
     a, b = section.view(), other.view()
-    names = [s.spec.variants[:2] for s in (a, b)]
+    names = [s.ladder[:2] for s in (a, b)]
     sa, sb = step(a, *names[0], "forward"), step(b, *names[1], "forward")
     pa, pb = naive_parallelism(a), naive_parallelism(b)
     fa, fb = timed_row(a, names[0][1], "forward"), timed_row(b, names[1][1], "forward")

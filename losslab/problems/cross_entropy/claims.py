@@ -11,6 +11,9 @@ STEP_CLAIMS = (
      "at least x1.05, with the switch to one warp per row"),
 )
 
+# the special-function (MUFU) roof is near vectorized's forward: an exponential per logit
+MUFU_ROOF = "near"
+
 PEER_NOTES = {
     ("liger", "backward"): (
         "Liger's cross-entropy writes the gradient in its forward, into the logits' own buffer (Liger-Kernel "

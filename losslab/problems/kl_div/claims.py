@@ -11,4 +11,7 @@ STEP_CLAIMS = (
 
 SATURATES = ("warp_shuffle", "forward", 0.95)  # the base class's: not yet measured for this loss
 
+# the special-function (MUFU) roof is near vectorized's forward: a logarithm per element (xlogy)
+MUFU_ROOF = "near"
+
 PEER_NOTES = {}
