@@ -68,7 +68,7 @@ __all__ = ["CLUSTER_SASS", "COUNTERS", "DIRECTIONS", "ELSEWHERE_SHARE", "GENERIC
            "MAX_WARPS_PER_SM", "MEANINGS", "NOT_RECORDED", "READ_ONCE_CASES", "RERECORD", "STALL_MEANING",
            "WHY_ELSEWHERE", "Claim", "Elsewhere", "LongRow", "Parallelism", "Step", "claim_keys", "claims",
            "claims_table", "cluster_claims", "cluster_machine_code", "counters", "counters_table", "declared",
-           "dram_over_minimum", "fraction_of_ceiling", "fraction_statement", "long_rows", "long_rows_after", "long_rows_before",
-           "mufu_headroom", "naive_parallelism", "naive_step_ratio", "ncu_record", "predict", "roof_claims",
-           "score_prediction", "split_rung", "step", "step_on_devices", "steps", "steps_table", "threads_per_block",
-           "timed_row", "work_elsewhere", "work_elsewhere_note"]
+           "dram_over_minimum", "fraction_of_ceiling", "fraction_statement", "long_rows", "long_rows_after",
+           "long_rows_before", "mufu_headroom", "naive_parallelism", "naive_step_ratio", "ncu_record", "predict",
+           "roof_claims", "score_prediction", "split_rung", "step", "step_on_devices", "steps", "steps_table",
+           "threads_per_block", "timed_row", "work_elsewhere", "work_elsewhere_note"]
