@@ -15,7 +15,6 @@
 #   e.g.   scripts/gpu_suite_parallel.sh cross_entropy kl_div hinge_loss,mse_loss
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu-out}
-mkdir -p "$OUT/results"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 groups=("$@")
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU")
@@ -27,6 +26,7 @@ if [ ${#groups[@]} -eq 0 ] || [ ${#groups[@]} -gt "$gpus" ]; then
     echo "gpu_suite_parallel: GROUP: expected 1 to $gpus groups (one per GPU), got ${#groups[@]}" >&2
     exit 2
 fi
+mkdir -p "$OUT/results"
 root=$PWD
 worker() {  # worker GPU "problem ..."
     local i=$1 names=$2
