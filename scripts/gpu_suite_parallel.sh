@@ -9,29 +9,35 @@
 # whole. Then each group's sections are gathered into
 # reports/results/<device>.json (replacing those problems' sections, keeping the others'), the
 # ladder's claims are checked on the gathered record, and the summary prints last.
-# Logs: $OUT/gpu<i>/ and $OUT/gpu<i>.log; the gathered records: $OUT/results/.
+# Logs: $OUT/gpu<i>.log (each group's; the suite's own under /tmp/losslab-gpu<i>-out/); the gathered
+# records: $OUT/results/ (a few files, so that all of $OUT comes back from a lent machine).
 #   usage: scripts/gpu_suite_parallel.sh GROUP [GROUP ...]
 #   e.g.   scripts/gpu_suite_parallel.sh cross_entropy kl_div hinge_loss,mse_loss
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu-out}
-mkdir -p "$OUT/results"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 groups=("$@")
-gpus=$(nvidia-smi -L | wc -l)
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU")
+if [ "$gpus" -eq 0 ]; then
+    echo "gpu_suite_parallel: no GPU visible here (nvidia-smi -L lists none)" >&2
+    exit 2
+fi
 if [ ${#groups[@]} -eq 0 ] || [ ${#groups[@]} -gt "$gpus" ]; then
     echo "gpu_suite_parallel: GROUP: expected 1 to $gpus groups (one per GPU), got ${#groups[@]}" >&2
     exit 2
 fi
+mkdir -p "$OUT/results"
 root=$PWD
 worker() {  # worker GPU "problem ..."
     local i=$1 names=$2
     cd "/tmp/losslab-gpu$i" || exit 1
     export CUDA_VISIBLE_DEVICES=$i PYTHONPATH=/tmp/losslab-gpu$i${PYTHONPATH:+:$PYTHONPATH} TORCH_EXTENSIONS_DIR=/tmp/ext$i
-    for name in $names; do
-        STAGES=${STAGES:-bench sweep} OUT="$OUT/gpu$i/$name" bash scripts/gpu_suite.sh "$name"
+    for name in $names; do  # the suite's own logs stay on the machine: only $OUT/gpu<i>.log comes back
+        STAGES=${STAGES:-bench sweep} OUT="/tmp/losslab-gpu$i-out/$name" bash scripts/gpu_suite.sh "$name"
         if [ "${EVALUATE:-1}" != 0 ]; then  # the fused rung as a KernelBench answer, graded at KernelBench's size
-            python3 -m losslab export "$name" fused -o "$OUT/gpu$i/$name/answer_fused.py" \
-                && python3 -m losslab evaluate "$OUT/gpu$i/$name/answer_fused.py" --problem "$name" 2>&1 | tail -n 8
+            python3 -m losslab export "$name" fused -o "/tmp/losslab-gpu$i-out/$name/answer_fused.py" \
+                && python3 -m losslab evaluate "/tmp/losslab-gpu$i-out/$name/answer_fused.py" --problem "$name" 2>&1 \
+                | tail -n 8
         fi
     done
     if [ "${TESTS:-1}" != 0 ]; then
@@ -43,7 +49,7 @@ export -f worker
 export OUT TESTS STAGES EVALUATE
 pids=()
 for i in "${!groups[@]}"; do
-    rm -rf "/tmp/losslab-gpu$i" && cp -a "$root" "/tmp/losslab-gpu$i"
+    rm -rf "/tmp/losslab-gpu$i" "/tmp/losslab-gpu$i-out" && cp -a "$root" "/tmp/losslab-gpu$i"
     timeout "${WORKER_TIMEOUT:-540}" bash -c "worker $i '${groups[$i]//,/ }'" > "$OUT/gpu$i.log" 2>&1 &
     pids+=($!)
     echo "GPU $i: ${groups[$i]//,/ } (log: $OUT/gpu$i.log)"
@@ -71,7 +77,7 @@ for i, group in enumerate(sys.argv[1:]):
 PY
 python3 -m pytest -q -rs -p no:cacheprovider tests/test_ladder_claims.py > "$OUT/claims.log" 2>&1 || status=1
 tail -n 5 "$OUT/claims.log"
-cp reports/results/*.json "$OUT/results/"
+cp reports/results/*.json "$OUT/results/"  # the records of every device, this one's gathered
 for i in "${!groups[@]}"; do echo "== GPU $i: ${groups[$i]}"; grep -E "passed|failed|error|exit" "$OUT/gpu$i.log" | tail -n 4; done
 python3 -m losslab summary
 exit $status

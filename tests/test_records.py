@@ -2,7 +2,9 @@
 every source a measurement depends on; rows below the physical floor flagged; a new run adds to a
 record; malformed and mixed-device records answered clearly; the older file format refused in one line."""
 import json
+import os
 import shutil
+import subprocess
 from dataclasses import replace
 
 import pytest
@@ -452,3 +454,24 @@ def test_measure_sweep_times_forward_and_forward_backward_at_each_shape(results_
     records.save_section("kl_div", section, results_dir)
     back = records.latest_section("kl_div", results_dir=results_dir)
     assert back.skipped == section.skipped and len(back.sweep("float32")) == 6  # 5 rungs, eager
+
+
+def test_the_parallel_suite_refuses_to_start_without_a_gpu_in_one_line(tmp_path):
+    """scripts/gpu_suite_parallel.sh on a machine without a GPU (or with fewer GPUs than groups):
+    one line naming what is missing, and exit 2."""
+    fake = tmp_path / "nvidia-smi"  # stands in for this machine's, whatever GPUs it has
+    env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}", "OUT": str(tmp_path / "out")}
+
+    def run(*groups):
+        return subprocess.run(["bash", str(build.ROOT / "scripts" / "gpu_suite_parallel.sh"), *groups],
+                              capture_output=True, text=True, env=env, cwd=build.ROOT, timeout=60)
+
+    fake.write_text("#!/bin/sh\necho 'GPU 0: Fixture GPU (UUID: GPU-0)'\n")  # one GPU
+    fake.chmod(0o755)
+    two = run("kl_div", "cross_entropy")
+    assert two.returncode == 2 and two.stderr.strip().splitlines() == [
+        "gpu_suite_parallel: GROUP: expected 1 to 1 groups (one per GPU), got 2"], two.stderr
+    fake.write_text("#!/bin/sh\nexit 9\n")  # no GPU
+    none = run("kl_div")
+    assert none.returncode == 2, none.stderr
+    assert none.stderr.strip() == "gpu_suite_parallel: no GPU visible here (nvidia-smi -L lists none)"
