@@ -15,7 +15,6 @@ import inspect
 import re
 from pathlib import Path
 
-import nbformat
 import pytest
 
 from losslab import problems, records
@@ -23,6 +22,8 @@ from losslab.build import ROOT
 from losslab.measure import timing
 from losslab.present import evidence, listings, machine_code
 from losslab.teach import pitfalls
+
+nbformat = pytest.importorskip("nbformat", reason="the prose tests read notebooks (pip install -r requirements.txt)")
 
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 README = ROOT / "README.md"
