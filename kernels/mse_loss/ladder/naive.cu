@@ -23,9 +23,11 @@ __global__ void __launch_bounds__(THREADS) forward_kernel(
     if (row >= B) return;
     const float* p = predictions + row * D;
     const float* t = targets + row * D;
-    float sum = 0.0f;
+    // in double: D float32 additions in a row drift by about sqrt(D) ulps, and KernelBench's heavy-tailed
+    // inputs push a 32768-term row's sum past the 1e-5 check (the rungs above add D / 256 terms each, then a tree)
+    double sum = 0.0;
     for (int64_t j = 0; j < D; ++j) sum += mse_loss_term(p[j], t[j]);  // lane k + 1 reads D floats away
-    row_partials[row] = sum;
+    row_partials[row] = float(sum);
 }
 
 __global__ void __launch_bounds__(THREADS) backward_kernel(
