@@ -75,25 +75,23 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _positive_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
-    return value
-
-
-def _positive_number(text: str) -> float:
+def _positive_float(text: str, expected: str) -> float:
     """A finite number above 0 (NaN, 0, a negative value or inf would turn a gate off)."""
     try:
         value = float(text)
     except ValueError:
         value = float("nan")
     if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a positive number such as 1.5, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
     return value
+
+
+def _positive_seconds(text: str) -> float:
+    return _positive_float(text, "a positive number of seconds")
+
+
+def _positive_number(text: str) -> float:
+    return _positive_float(text, "a positive number such as 1.5")
 
 
 def _size(text: str) -> str | tuple[int, int]:
@@ -209,7 +207,7 @@ def _check_variants(names: list[str], variants: list[str] | None) -> None:
     for name in names:
         for v in variants or []:
             try:
-                find_variant(name, v)
+                find_variant(problems.get(name), v)
             except ValueError as err:
                 raise UsageError("--variants", str(err).removeprefix("variant: ")) from None
 
@@ -322,7 +320,8 @@ def cmd_check(args) -> int:
     failed = 0
     for name in args.problems:
         print(f"checking {name} ...", flush=True)
-        results = check_problem(name, args.variants, args.sizes or None, edge_cases=not args.no_edge_cases)
+        results = check_problem(problems.get(name), args.variants, args.sizes or None,
+                                edge_cases=not args.no_edge_cases)
         print(check_table_text(results))
         failed += sum(not r.passed for r in results)
         if args.json:
@@ -460,7 +459,7 @@ def cmd_bench(args) -> int:
     for name, section in sections.items():
         if args.ncu:
             print(f"  profiling {name} with Nsight Compute ...", file=sys.stderr, flush=True)
-            section.ncu = profile_problem(name, shapes[name], args.variants, peers)
+            section.ncu = profile_problem(problems.get(name), shapes[name], args.variants, peers)
             tables.append(f"{name}: DRAM traffic measured by ncu\n{ncu_table_text(section.ncu)}")
             if section.ncu.status == "ok":
                 tables.append(f"{name}: each rung's counters (ncu, {shapes[name][0]}x{shapes[name][1]} float32)\n"
@@ -504,7 +503,7 @@ def cmd_export(args) -> int:
     from losslab.kernelbench.export import export_solution
 
     try:
-        text = export_solution(args.problem, args.variant)
+        text = export_solution(problems.get(args.problem), args.variant)
     except ValueError as err:
         raise UsageError("variant", str(err).removeprefix("variant: ")) from None
     if args.output:

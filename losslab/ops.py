@@ -260,8 +260,7 @@ class EagerLoss(torch.autograd.Function):
 
 # --- the variant registry -----------------------------------------------------------------------
 
-OPS: dict[tuple[str, str], RungOps] = {(p, r.name): RungOps(problems.get(p), r)
-                                       for p in problems.names() for r in problems.get(p).rungs}
+OPS: dict[tuple[str, str], RungOps] = {(p.name, r.name): RungOps(p, r) for p in problems.registered() for r in p.rungs}
 
 
 _KNOB_OPS: dict[build.knobs.Config, RungOps] = {}  # other launch configurations, built on first use
@@ -270,25 +269,27 @@ MAX_VALIDATED = 64  # metadata keys remembered per variant
 
 
 def metadata_key(inputs: tuple) -> tuple | None:
-    """What the input checks of a two-tensor problem read (type, dtype, shape, device, and
-    whether the second requires grad), as a hashable key, or None for other inputs.
+    """What the input checks of a problem of tensors read (type, dtype, shape, device of each, and
+    whether any but the first requires grad), as a hashable key, or None for other inputs.
 
     The checks (``Problem.validate``, ``check_dtype``) read only these, so inputs with a key
     that passed once pass again: a call then costs a key instead of the checks (about 1
     against 3 us of host time). The values (a target's range) are not part of it.
     """
-    if len(inputs) != 2:
+    if len(inputs) < 2:
         return None
-    first, second = inputs
-    if first.__class__ is not torch.Tensor or second.__class__ is not torch.Tensor:
-        return None
-    return (first.dtype, first.shape, first.device, second.dtype, second.shape, second.device,
-            second.requires_grad)
+    key = []
+    for x in inputs:  # a loop, not generators: this is most of a small call's host time
+        if x.__class__ is not torch.Tensor:
+            return None
+        key += (x.dtype, x.shape, x.device, x.requires_grad)
+    key[3] = None  # the first input's requires_grad: the checks do not read it
+    return tuple(key)
 
 
-def variant(problem: str, name: str, *, strict: bool | None = None,
+def variant(problem: problems.Problem | str, name: str, *, strict: bool | None = None,
             knobs: Mapping[str, int] | None = None) -> Callable[..., torch.Tensor]:
-    """The loss ``problem`` computed by the kernels of rung ``name``.
+    """The loss ``problem`` (a Problem, or its name: looked up here) computed by the kernels of rung ``name``.
 
     Returns a function taking the reference's arguments (e.g. ``predictions``,
     ``targets``) and returning a 0-d tensor, differentiable w.r.t. the first, that calls
@@ -309,16 +310,16 @@ def variant(problem: str, name: str, *, strict: bool | None = None,
     """
     spec = problems.get(problem)
     spec.check_variant_name(name)
-    ops = OPS[(problem, name)]
-    config = build.knobs.config(problem, name, knobs) if knobs is not None else None
+    ops = OPS[(spec.name, name)]
+    config = build.knobs.config(spec.name, name, knobs) if knobs is not None else None
     if config is not None and not config.is_default:
         if config not in _KNOB_OPS:
             _KNOB_OPS[config] = RungOps(spec, spec.rung(name), functools.partial(
-                build.load_extension, problem, defines=config.defines))
+                build.load_extension, spec.name, defines=config.defines))
         ops = _KNOB_OPS[config]
     loss = checked_loss(spec, spec.rung(name), ops, strict_default() if strict is None else strict)
-    loss.__name__ = f"{problem}_{name}"
-    loss.__doc__ = f"{problem} computed by the {name} kernels; same signature as the reference."
+    loss.__name__ = f"{spec.name}_{name}"
+    loss.__doc__ = f"{spec.name} computed by the {name} kernels; same signature as the reference."
     if config is not None:
         loss.name, loss.dtypes, loss.rung = config.label, spec.dtypes(name), spec.rung(name)
         loss.launch_forward, loss.launch_backward = ops.launch_forward, ops.launch_backward  # for check.resolve
@@ -338,7 +339,8 @@ def checked_loss(spec: problems.Problem, rung: problems.Rung, ops: RungOps, stri
         if key is None or key not in validated:
             if inputs and isinstance(inputs[0], torch.Tensor) and inputs[0].dtype not in dtypes:
                 allowed = ", ".join(str(d) for d in dtypes)
-                raise TypeError(f"predictions: {spec.name} {rung.name} takes dtype {allowed}, got {inputs[0].dtype}")
+                raise TypeError(f"{spec.input_names[0]}: {spec.name} {rung.name} takes dtype {allowed}, "
+                                f"got {inputs[0].dtype}")
             spec.validate(*inputs)
             if key is not None and len(validated) < MAX_VALIDATED:
                 validated.add(key)
@@ -351,4 +353,4 @@ def checked_loss(spec: problems.Problem, rung: problems.Rung, ops: RungOps, stri
 
 def all_variants() -> list[tuple[str, str]]:
     """Every (problem, variant) pair, ladder order."""
-    return [(p, v) for p in problems.names() for v in problems.get(p).variants]
+    return [(p.name, v) for p in problems.registered() for v in p.variants]

@@ -44,7 +44,8 @@ def summary_text(sections: dict[str, records.Section]) -> str:
         head = [f"recorded on {next(iter(where.values()))}, {when}; "
                 f"{', '.join(f'{name} {held[name]}' for name in views)}; median GPU ms per call"]
     device = lambda s: f"{s.device[:22]:<23}" if many else ""
-    lines = [f"{'problem':<14} {'direction':<16} " + (f"{'device':<23}" if many else "")
+    width = max(len("problem"), *map(len, views))  # the longest problem name sets the first column
+    lines = [f"{'problem':<{width}} {'direction':<16} " + (f"{'device':<23}" if many else "")
              + f"{'best rung':<14} {'ms':>8} {'of bw':>6}   {OPERATOR + ' ms (x best rung)':<26} "
              f"peers (ms, speedup of {OPERATOR}, else of the best rung)"]
     notes = []
@@ -61,7 +62,7 @@ def summary_text(sections: dict[str, records.Section]) -> str:
             peers = "  ".join(f"{r.implementation} {r.median_ms:.3f}{'!' if r.below_floor else ''} "
                               f"(x{r.median_ms / mine.median_ms:.2f})" for r in rows if r.kind == "peer")
             notes += [f"! {name} {r.implementation} {direction}: {r.floor_note}" for r in rows if r.below_floor]
-            lines.append(f"{name:<14} {direction:<16} {device(s)}{best.implementation:<14} {best.median_ms:>8.3f} "
+            lines.append(f"{name:<{width}} {direction:<16} {device(s)}{best.implementation:<14} {best.median_ms:>8.3f} "
                          f"{best.fraction_of_bandwidth:>6.0%}   {public:<26} {peers}")
     notes += [f"note: {note}" for s in views.values() if (note := stale_note(s))]
     return "\n".join(head + lines + notes)

@@ -1,7 +1,7 @@
 """What a record holds of a problem besides the peers, by the names the records give them: its
 rungs (names), its teaching rungs (``"<rung> [ladder]"``, :func:`ladder_variant`) and
-the public operator (``"losslab.nn"``, :func:`operator_variant`). Name lookup happens here, at the
-edges (command line, notebook parameters, the ncu child)."""
+the public operator (``"losslab.nn"``, :func:`operator_variant`), each of a :class:`~losslab.problems.Problem`
+(looked up by name at the edges: command line, notebook parameters, the ncu child)."""
 from __future__ import annotations
 
 import dataclasses
@@ -30,7 +30,7 @@ class Variant:
     buffers) are None for the public operator, whose kernels the checks reach only through it.
     """
 
-    problem: str
+    problem: problems.Problem
     name: str
     kind: str
     dtypes: tuple[torch.dtype, ...]
@@ -44,34 +44,35 @@ class Variant:
 
 
 @functools.cache
-def ladder_variant(problem: str, rung: str) -> Variant:
+def ladder_variant(problem: problems.Problem, rung: str) -> Variant:
     """Teaching rung ``rung`` of ``problem`` (``kernels/<problem>/ladder/<rung>.cu``, float32, built
     as the ladder's own extension at the first call), through the host code and eager path of the
-    production rung of the same name. Named ``"<rung> [ladder]"`` in the records.
+    production rung of the same name (a plain rung where there is none). Named ``"<rung> [ladder]"`` in the records.
 
     Raises:
         ValueError: ``problem`` has no teaching rung ``rung``.
     """
-    spec = problems.get(problem)
-    taught = ladder.rungs(problem) if problem in ladder.problems_with_ladder() else ()
+    taught = _taught(problem)
     if rung not in taught:
-        raise ValueError(f"variant: {problem} has no teaching rung {rung!r}; expected one of {', '.join(taught)}")
-    own = dataclasses.replace(spec.rung(rung), dtypes=problems.FLOAT32)
-    built = ops.RungOps(spec, own, functools.partial(ladder.load_ladder, problem))
+        raise ValueError(f"variant: {problem.name} has no teaching rung {rung!r}; expected one of {', '.join(taught)}")
+    # a teaching rung without an operator of its name (mse_loss's lower rungs) is a plain one
+    row = problem.rung(rung) if rung in problem.variants else problems.Rung(rung)
+    own = dataclasses.replace(row, dtypes=problems.FLOAT32)
+    built = ops.RungOps(problem, own, functools.partial(ladder.load_ladder, problem.name))
     return Variant(problem, f"{rung} {LADDER_TAG}", "ladder", own.dtypes, own,
-                   ops.checked_loss(spec, own, built, strict=False), built.launch_forward, built.launch_backward)
+                   ops.checked_loss(problem, own, built, strict=False), built.launch_forward, built.launch_backward)
 
 
 @functools.cache
-def operator_variant(problem: str) -> Variant:
+def operator_variant(problem: problems.Problem) -> Variant:
     """What a user calls for ``problem`` (``losslab.nn.functional.on_problem``: PyTorch's default
     options), named :data:`OPERATOR` in the records. Its forward writes the gradient
     when one will be needed (so it has no backward row of its own), as the fused rungs' do."""
     rung = problems.Rung(OPERATOR, dtypes=problems.HALF_AND_FLOAT, writes_grad_in_forward=True)
-    return Variant(problem, OPERATOR, "operator", rung.dtypes, rung, functional.on_problem(problem))
+    return Variant(problem, OPERATOR, "operator", rung.dtypes, rung, functional.on_problem(problem.name))
 
 
-def find_variant(problem: str, name: str) -> str | Variant:
+def find_variant(problem: problems.Problem, name: str) -> str | Variant:
     """A variant by the name the records give it: a rung's name (returned as it is), ``"<rung>
     [ladder]"`` or :data:`OPERATOR`.
 
@@ -82,11 +83,15 @@ def find_variant(problem: str, name: str) -> str | Variant:
         return operator_variant(problem)
     if name.endswith(LADDER_TAG):
         return ladder_variant(problem, name.removesuffix(LADDER_TAG).strip())
-    problems.get(problem).check_variant_name(name)
+    problem.check_variant_name(name)
     return name
 
 
-def recorded_variants(problem: str) -> list[str | Variant]:
+def _taught(problem: problems.Problem) -> tuple[str, ...]:
+    """Its teaching rungs' names, in ladder order (none without a teaching ladder)."""
+    return tuple(ladder.rungs(problem.name)) if problem.name in ladder.problems_with_ladder() else ()
+
+
+def recorded_variants(problem: problems.Problem) -> list[str | Variant]:
     """Its rungs (by name), its teaching rungs and its public operator."""
-    taught = ladder.rungs(problem) if problem in ladder.problems_with_ladder() else ()
-    return [*problems.get(problem).variants, *(ladder_variant(problem, r) for r in taught), operator_variant(problem)]
+    return [*problem.variants, *(ladder_variant(problem, r) for r in _taught(problem)), operator_variant(problem)]

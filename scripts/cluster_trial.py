@@ -44,7 +44,7 @@ def run_checks(ext) -> bool:
 
     def report(case: str, inputs: tuple[torch.Tensor, ...]) -> None:
         nonlocal ok
-        results = check.check_inputs("cross_entropy", "cluster", inputs, case)
+        results = check.check_inputs(SPEC, "cluster", inputs, case)
         ok &= all(r.passed for r in results)
         errors = "  ".join(f"{r.direction} {r.error:.1e}{'' if r.passed else ' FAIL ' + r.detail}" for r in results)
         print(f"  {case:<44} {plan_text(inputs[0]):<34} {errors}", flush=True)

@@ -93,7 +93,7 @@ def fixture_section(problem: str = "kl_div", device: str = "Fixture GPU", fresh:
                                  peak_extra_bytes=2**20, error=1e-7, date=FIXTURE_DATE, torch="fixture",
                                  cuda="fixture", sources_sha256=sources))
     for row in rows:
-        flag_physical_floor(row, device)  # as reading a record does
+        flag_physical_floor(row, device, spec)  # as reading a record does
         row.speedup = {p.implementation: p.median_ms / row.median_ms for p in rows
                        if p.kind == "peer" and p.direction == row.direction and p is not row}
     cases = ["random 3x1000", "B = 1 (one row)"]

@@ -12,7 +12,10 @@ deliberately broken copy in a tmp folder (so none of them passes whatever the co
 - one loss, one package: no string literal names a loss outside its own package
   (``losslab/problems/<loss>/``) and the registry (``losslab/problems/__init__.py``);
 - every module's docstring says what it is for in at most 10 lines, and a module over 400 lines
-  says why it stays one module (a docstring line starting "One module:").
+  says why it stays one module (a docstring line starting "One module:");
+- problems travel as objects: a problem is looked up by name (``problems.get``) only at the edges
+  where names come in (:data:`NAME_LOOKUP_EDGES`: command line, notebook parameters, public functions
+  that accept a name, records and files that hold names, child processes).
 """
 from __future__ import annotations
 
@@ -276,6 +279,27 @@ def loss_literals(package_dir: Path, losses: set[str]) -> list[str]:
     return found
 
 
+def name_lookups(package_dir: Path) -> list[str]:
+    """``path:line in function``: every use of ``problems.get`` (a call, or the function passed as a
+    value) outside ``problems/``, with the qualified name of the function it is in (``<module>`` at
+    the top level): where a problem is looked up by name."""
+    def visit(node: ast.AST, scope: tuple[str, ...], where: str, found: list[str]) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                visit(child, (*scope, child.name), where, found)
+                continue
+            if (isinstance(child, ast.Attribute) and child.attr == "get" and isinstance(child.value, ast.Name)
+                    and child.value.id == "problems"):
+                found.append(f"{where}:{child.lineno} in {'.'.join(scope) or '<module>'}")
+            visit(child, scope, where, found)
+
+    found: list[str] = []
+    for path in sorted(package_modules(package_dir).values()):
+        if path.relative_to(package_dir).parts[0] != "problems":
+            visit(ast.parse(path.read_text()), (), str(path.relative_to(package_dir.parent)), found)
+    return found
+
+
 def repository_files(root: Path) -> list[Path]:
     """The files of the repository: tracked ones and untracked ones that git does not ignore."""
     listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
@@ -472,6 +496,43 @@ def test_no_module_outside_a_loss_package_names_a_loss():
                       "object, or move the code into the loss's package:\n" + "\n".join(found)
 
 
+# Where a problem may be looked up by name: module -> the functions (qualified names; "*" every one) and why.
+# Everywhere else a Problem object is passed (issue 24: objects, not strings, between layers).
+NAME_LOOKUP_EDGES: dict[str, tuple[tuple[str, ...], str]] = {
+    "losslab/__main__.py": (("*",), "the command line: its arguments name problems"),
+    "losslab/present/parameters.py": (("*",), "the notebooks' parameters name problems"),
+    "losslab/ops.py": (("variant",), "losslab.variant(name, rung): the public API takes a name or a Problem"),
+    "losslab/records/section.py": (("registered_problem",), "records on disk name their problem"),
+    "losslab/records/measuring.py": (("measure_section", "measure_sweep"), "public: a name or a Problem"),
+    "losslab/kernelbench/evaluate.py": (("evaluate",), "public: a name or a Problem"),
+    "losslab/kernelbench/folder.py": (("answers", "evaluate_folder"), "answer files and maps name their problem"),
+    "losslab/kernelbench/child.py": (("Session.__init__",), "the evaluator's child process: its config names it"),
+    "losslab/measure/ncu.py": (("main",), "the child process under ncu: its command line names it"),
+    "losslab/teach/custom/building.py": (("check_source",), "public (notebook 05): a name or a Problem"),
+    "losslab/teach/custom/launchers.py": (("signature",), "public (notebook 05): a name or a Problem"),
+    "losslab/teach/explorer.py": (("Selection.__post_init__", "Explorer.widget.on_problem"),
+                                  "a selection is the notebook's parameters; the problem dropdown names one"),
+}
+
+
+def lookups_outside_the_edges(package_dir: Path) -> list[str]:
+    out = []
+    for found in name_lookups(package_dir):
+        where, _, function = found.partition(" in ")
+        allowed = NAME_LOOKUP_EDGES.get(where.split(":")[0], ((), ""))[0]
+        if "*" not in allowed and function not in allowed:
+            out.append(found)
+    return out
+
+
+def test_problems_are_looked_up_by_name_only_at_the_edges():
+    found = lookups_outside_the_edges(PACKAGE)
+    assert not found, ("a problem looked up by name inside the package: take a Problem object (the caller has "
+                       "one), or add an edge to NAME_LOOKUP_EDGES with why names come in there:\n" + "\n".join(found))
+    used = {f.split(":")[0] for f in name_lookups(PACKAGE)}
+    assert not set(NAME_LOOKUP_EDGES) - used, f"edges that look nothing up: {set(NAME_LOOKUP_EDGES) - used}"
+
+
 # Modules the docstring rule does not hold yet, each with why it was left: the next session that may
 # edit them shortens their docstrings and empties this (the last ones, losslab/kernelbench/, followed it).
 DOCSTRINGS_NOT_YET_SHORT: dict[str, str] = {}
@@ -604,6 +665,18 @@ def test_loss_name_check_fails_on_a_broken_copy(package_copy):
     assert sorted(f.split(": ", 1)[1] for f in found) == ["'cross_entropy'", "'cross_entropy/valid_mean.cu'",
                                                           "'kl_div'"]
     assert found[-1].startswith("losslab/problems/kl_div/host.py:")  # its own name is fine there, another's not
+
+
+def test_name_lookup_check_fails_on_a_broken_copy(package_copy):
+    assert not lookups_outside_the_edges(package_copy)
+    _append(package_copy / "present" / "tables.py", "def _cost(name, shape):\n"
+                                                    "    return problems.get(name).cost(shape, 'forward')\n\n\n"
+                                                    "LOOKUP = problems.get")
+    _append(package_copy / "ops.py", "def _other(name):\n    return problems.get(name)")
+    _append(package_copy / "__main__.py", "def _anywhere(name):\n    return problems.get(name)")
+    found = [f.split(":", 1)[0] + " in " + f.split(" in ")[1] for f in lookups_outside_the_edges(package_copy)]
+    assert found == ["losslab/ops.py in _other", "losslab/present/tables.py in _cost",
+                     "losslab/present/tables.py in <module>"]
 
 
 def test_test_import_check_fails_on_a_test_importing_another(tmp_path):

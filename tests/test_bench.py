@@ -9,6 +9,8 @@ import torch
 from losslab import problems
 from losslab.measure import bench
 
+KL_DIV, CROSS_ENTROPY = problems.get("kl_div"), problems.get("cross_entropy")
+
 SEED = tuple(problems.get("cross_entropy").sizes["seed"])
 
 
@@ -18,17 +20,21 @@ def _row(**changes) -> bench.BenchRow:
     return replace(row, **changes)
 
 
+def _flagged(row: bench.BenchRow) -> bench.BenchRow:
+    return bench.flag_physical_floor(row, "NVIDIA H200", CROSS_ENTROPY)
+
+
 def test_a_time_below_the_physical_floor_is_flagged_with_a_reason():
-    liger = bench.flag_physical_floor(_row(implementation="liger", kind="peer", median_ms=0.118), "NVIDIA H200")
+    liger = _flagged(_row(implementation="liger", kind="peer", median_ms=0.118))
     assert liger.below_floor and liger.floor_ms > 0.118
     assert liger.floor_note.startswith("0.118 ms is below the physical floor")
-    honest = bench.flag_physical_floor(_row(), "NVIDIA H200")
+    honest = _flagged(_row())
     assert not honest.below_floor and honest.floor_note == "" and honest.floor_ms == pytest.approx(liger.floor_ms)
 
 
 def test_the_text_table_marks_and_explains_a_row_below_the_floor():
-    rows = [bench.flag_physical_floor(_row(implementation="liger", kind="peer", median_ms=0.118), "NVIDIA H200"),
-            bench.flag_physical_floor(_row(back_to_back_ms=0.95, host_ms=0.02), "NVIDIA H200")]
+    rows = [_flagged(_row(implementation="liger", kind="peer", median_ms=0.118)),
+            _flagged(_row(back_to_back_ms=0.95, host_ms=0.02))]
     text = bench.bench_table_text(rows)
     assert "b2b ms" in text and "host ms" in text and "0.950" in text
     assert "   0.118! " in text and "\n! liger backward: 0.118 ms is below the physical floor" in text
@@ -51,7 +57,7 @@ def test_unknown_peers_are_named():
 
 @pytest.mark.gpu
 def test_every_row_is_timed_per_call_back_to_back_and_on_the_host():
-    rows = bench.bench_problem("kl_div", problems.get("kl_div").sizes["small"], ["naive", "fused"], peers=("eager",),
+    rows = bench.bench_problem(KL_DIV, problems.get("kl_div").sizes["small"], ["naive", "fused"], peers=("eager",),
                                repeats=3, bandwidth={"read": 1000.0, "copy": 1000.0}, progress=False)
     assert {(r.implementation, r.direction) for r in rows} >= {("naive", "backward"), ("eager", "forward")}
     assert not any(r.implementation == "fused" and r.direction == "backward" for r in rows)
@@ -73,19 +79,19 @@ def test_each_sweep_runs_from_launch_bound_rows_through_the_seed_size_to_wide_ro
 
 def test_only_the_serial_rung_is_hopeless_and_only_on_long_rows():
     spec = problems.get("cross_entropy")
-    reason = bench.hopeless_reason("cross_entropy", spec.variants[0], (4096, 131072))
+    reason = bench.hopeless_reason(CROSS_ENTROPY, spec.variants[0], (4096, 131072))
     assert reason and "131072 columns" in reason and str(bench.SERIAL_COLUMNS) in reason
-    assert bench.hopeless_reason("cross_entropy", spec.variants[0], (32768, 4096)) is None
-    assert all(bench.hopeless_reason("cross_entropy", v, (2048, 262144)) is None for v in spec.variants[1:])
+    assert bench.hopeless_reason(CROSS_ENTROPY, spec.variants[0], (32768, 4096)) is None
+    assert all(bench.hopeless_reason(CROSS_ENTROPY, v, (2048, 262144)) is None for v in spec.variants[1:])
 
 
 def test_large_sweep_points_take_fewer_repeats_and_say_what_memory_they_need():
-    assert bench.sweep_repeats("cross_entropy", (128, 4096), torch.float32) == 20
-    assert bench.sweep_repeats("cross_entropy", (4096, 131072), torch.float32) == 10
-    assert bench.sweep_repeats("cross_entropy", (4096, 131072), torch.float32, repeats=6) == 5
-    wide = bench.sweep_memory_bytes("cross_entropy", (4096, 131072), torch.float32)
+    assert bench.sweep_repeats(CROSS_ENTROPY, (128, 4096), torch.float32) == 20
+    assert bench.sweep_repeats(CROSS_ENTROPY, (4096, 131072), torch.float32) == 10
+    assert bench.sweep_repeats(CROSS_ENTROPY, (4096, 131072), torch.float32, repeats=6) == 5
+    wide = bench.sweep_memory_bytes(CROSS_ENTROPY, (4096, 131072), torch.float32)
     assert 16e9 < wide < 40e9  # fits an 80 GB H100 with room; float64 reference included
-    assert bench.sweep_memory_bytes("cross_entropy", (4096, 131072), torch.bfloat16) < wide
+    assert bench.sweep_memory_bytes(CROSS_ENTROPY, (4096, 131072), torch.bfloat16) < wide
 
 
 def test_the_sweep_table_has_a_column_per_shape_and_lists_what_was_skipped():

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from losslab import __main__ as cli
-from losslab import build, records
+from losslab import build, problems, records
 from losslab.__main__ import main
 
 
@@ -49,7 +49,7 @@ def test_bench_without_a_problem_says_what_is_expected(capsys):
 
 def test_an_unknown_problem_is_named(capsys):
     code, _, err = run(["check", "mse"], capsys)
-    assert_one_line(code, err, "losslab check: problem: expected one of kl_div, cross_entropy, got 'mse'")
+    assert_one_line(code, err, f"losslab check: problem: expected one of {', '.join(problems.names())}, got 'mse'")
 
 
 # --- sizes ---------------------------------------------------------------------------------------------------

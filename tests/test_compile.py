@@ -1,7 +1,9 @@
 """compile tier: every kernel compiles for sm_80 and sm_90 without spills, the SASS shows
 each rung's idea, the bindings build through bind.h, and each problem's extension builds
 and imports with every rung's launchers."""
+import os
 import re
+from concurrent import futures
 
 import pytest
 
@@ -38,8 +40,11 @@ pytestmark = pytest.mark.compile
 
 @pytest.fixture(scope="module")
 def cubins(tmp_path_factory):
+    """``{(source, arch): (cubin, ptxas report)}``, one nvcc per CPU (each file alone, as one at a time)."""
     out = tmp_path_factory.mktemp("cubin")
-    return {(source, arch): build.compile_cubin(source, arch, out) for _, source in SOURCES for arch in ARCHS}
+    jobs = [(source, arch) for _, source in SOURCES for arch in ARCHS]
+    with futures.ThreadPoolExecutor(len(os.sched_getaffinity(0))) as pool:
+        return dict(zip(jobs, pool.map(lambda job: build.compile_cubin(*job, out), jobs), strict=True))
 
 
 @pytest.mark.parametrize("arch", ARCHS)

@@ -25,6 +25,8 @@ from losslab.problems.cross_entropy import (
     out_of_range_message,
 )
 
+CROSS_ENTROPY = problems.get("cross_entropy")
+
 CE = problems.get("cross_entropy")
 VARIANTS = CE.variants
 HALF = (torch.bfloat16, torch.float16)
@@ -404,7 +406,7 @@ def test_cluster_splits_long_rows_and_matches_float64(shape, dtype):
         assert (ctas - 1) * slice_bytes < shape[1] * x.element_size() <= ctas * slice_bytes + 16
     else:
         assert ctas == 0 and "sm_90" in why
-    assert_passed(check.check_variant("cross_entropy", "cluster", shape, dtype=dtype, seed=11))
+    assert_passed(check.check_variant(CROSS_ENTROPY, "cluster", shape, dtype=dtype, seed=11))
 
 
 @pytest.mark.gpu
@@ -415,7 +417,7 @@ def test_cluster_edge_cases_on_split_rows(small_slices, case):
     inputs = check.cluster_edge_cases()[case]
     if has_clusters():
         assert cluster_plan(inputs[0])[0] == 8
-    assert_passed(check.check_inputs("cross_entropy", "cluster", inputs, case))
+    assert_passed(check.check_inputs(CROSS_ENTROPY, "cluster", inputs, case))
 
 
 @pytest.mark.gpu

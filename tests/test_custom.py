@@ -17,6 +17,8 @@ from losslab.measure.check import check_inputs
 from losslab.teach import custom
 from losslab.teach.custom import launchers
 
+KL_DIV, CROSS_ENTROPY = problems.get("kl_div"), problems.get("cross_entropy")
+
 # A complete kl_div variant: the coalesced forward and its own element-wise backward.
 FULL_SOURCE = """#include "kl_div/kl_div.cuh"
 #include "kl_div/launchers.h"
@@ -99,7 +101,7 @@ def test_declarations_are_read_with_types_names_and_shapes():
 @pytest.mark.parametrize("problem", problems.names())
 def test_contract_comes_from_the_problems_launchers_h(problem):
     """The custom launchers take what every rung takes: the function types of launchers.h."""
-    c = custom.contract(problem)
+    c = custom.contract(problems.get(problem))
     header = (build.KERNELS / problem / "launchers.h").read_text()
     assert f"typedef cudaError_t {problem}_forward_fn(" in header and c.type_name("forward") == f"{problem}_forward_fn"
     first = c.forward.params[0]
@@ -110,19 +112,19 @@ def test_contract_comes_from_the_problems_launchers_h(problem):
 
 
 def test_cross_entropy_stages_are_bound_and_linked():
-    c = custom.contract("cross_entropy")
+    c = custom.contract(CROSS_ENTROPY)
     assert [s.function for s in c.stages] == ["cross_entropy_count_targets", "cross_entropy_valid_mean"]
     assert {"cross_entropy/count_targets.cu", "cross_entropy/valid_mean.cu"} <= set(c.support)
-    binding = custom.building.binding_source("cross_entropy", has_backward=False)
+    binding = custom.building.binding_source(CROSS_ENTROPY, has_backward=False)
     assert 'losslab::bind(m, "count_targets", &cross_entropy_count_targets);' in binding
     assert 'losslab::bind(m, "custom_forward", &cross_entropy_custom_forward);' in binding
     assert "custom_backward" not in binding
-    assert not custom.contract("kl_div").stages
+    assert not custom.contract(KL_DIV).stages
 
 
 def test_the_default_backward_is_the_highest_rung_that_keeps_the_forwards_tensors():
     for problem in problems.names():
-        rung = problems.get(problem).rung(custom.default_backward(problem))
+        rung = problems.get(problem).rung(custom.default_backward(problems.get(problem)))
         assert not rung.writes_grad_in_forward
         later = problems.get(problem).variants[problems.get(problem).variants.index(rung.name) + 1:]
         assert all(problems.get(problem).rung(r).writes_grad_in_forward for r in later)
@@ -131,7 +133,7 @@ def test_the_default_backward_is_the_highest_rung_that_keeps_the_forwards_tensor
 def test_signature_shows_every_parameter_and_the_optional_backward():
     text = custom.signature("cross_entropy")
     assert "cudaError_t cross_entropy_custom_forward(const void* logits," in text and "optional" in text
-    for p in (*custom.contract("cross_entropy").forward.params, *custom.contract("cross_entropy").backward.params):
+    for p in (*custom.contract(CROSS_ENTROPY).forward.params, *custom.contract(CROSS_ENTROPY).backward.params):
         assert f"{p.ctype} {p.name}" in text
     assert all(len(line) <= 120 for line in text.splitlines())
 
@@ -150,19 +152,19 @@ def test_diagnostics_keep_the_users_line_numbers():
 def test_formatted_errors_quote_the_line_and_the_contract():
     source = "\n".join(f"line{i}" for i in range(1, 40))
     messages = custom.parse_diagnostics(NVCC_OUTPUT, "mine.cu", "custom_variant.cu")[:3]
-    text = custom.format_diagnostics(messages, source, "kl_div")
+    text = custom.format_diagnostics(messages, source, KL_DIV)
     assert 'line 12: error: identifier "x" is undefined\n    12 | line12' in text
     assert "line 30: error: 'foo' was not declared" in text
     assert "kl_div_custom_forward(const void* predictions" in text  # the signature check failed: show it
 
 
 def test_each_source_builds_in_its_own_folder(tmp_path):
-    first = custom.build_dir("kl_div", "mine", FULL_SOURCE, tmp_path)
-    assert first == custom.build_dir("kl_div", "mine", FULL_SOURCE, tmp_path)  # unchanged: reused
+    first = custom.build_dir(KL_DIV, "mine", FULL_SOURCE, tmp_path)
+    assert first == custom.build_dir(KL_DIV, "mine", FULL_SOURCE, tmp_path)  # unchanged: reused
     assert first.parent == tmp_path and first.name.startswith("kl_div-mine-")
-    others = {custom.build_dir("kl_div", "mine", FULL_SOURCE + "\n", tmp_path),
-              custom.build_dir("kl_div", "other", FULL_SOURCE, tmp_path),
-              custom.build_dir("cross_entropy", "mine", FULL_SOURCE, tmp_path)}
+    others = {custom.build_dir(KL_DIV, "mine", FULL_SOURCE + "\n", tmp_path),
+              custom.build_dir(KL_DIV, "other", FULL_SOURCE, tmp_path),
+              custom.build_dir(CROSS_ENTROPY, "mine", FULL_SOURCE, tmp_path)}
     assert first not in others and len(others) == 3
 
 
@@ -172,10 +174,10 @@ def test_cache_root_follows_the_environment(monkeypatch, tmp_path):
 
 
 def test_backward_detected_only_where_defined():
-    assert custom.defines_backward("kl_div", FULL_SOURCE)
-    assert not custom.defines_backward("kl_div", FORWARD_ONLY)
-    assert not custom.defines_backward("kl_div", FORWARD_ONLY + "// kl_div_custom_backward(...) { }\n")
-    assert not custom.defines_backward("kl_div", FORWARD_ONLY + "cudaError_t kl_div_custom_backward(int);\n")
+    assert custom.defines_backward(KL_DIV, FULL_SOURCE)
+    assert not custom.defines_backward(KL_DIV, FORWARD_ONLY)
+    assert not custom.defines_backward(KL_DIV, FORWARD_ONLY + "// kl_div_custom_backward(...) { }\n")
+    assert not custom.defines_backward(KL_DIV, FORWARD_ONLY + "cudaError_t kl_div_custom_backward(int);\n")
 
 
 @pytest.mark.parametrize("kwargs,match", [
@@ -196,7 +198,7 @@ class HandKL(custom.PythonVariant):
     """KL divergence written out by hand with torch on the CPU (not F.kl_div): the checker's
     extension point without a GPU. ``divide_by`` "B" is right; "BD" is batchmean's classic slip."""
 
-    problem = "kl_div"
+    problem = KL_DIV
 
     def __init__(self, divide_by="B"):
         self.name, self.divide_by = f"hand_{divide_by}", divide_by
@@ -221,13 +223,13 @@ class HandKL(custom.PythonVariant):
 
 def test_a_variant_object_passes_the_checker_through_its_autograd():
     inputs = problems.get("kl_div").make_inputs((8, 300), seed=0, device="cpu")
-    forward, backward = check_inputs("kl_div", HandKL(), inputs, "cpu")
+    forward, backward = check_inputs(KL_DIV, HandKL(), inputs, "cpu")
     assert forward.variant == "hand_B" and forward.passed and backward.passed, (forward, backward)
 
 
 def test_a_wrong_variant_object_fails_the_checker():
     inputs = problems.get("kl_div").make_inputs((8, 300), seed=0, device="cpu")
-    forward, backward = check_inputs("kl_div", HandKL("BD"), inputs, "cpu")
+    forward, backward = check_inputs(KL_DIV, HandKL("BD"), inputs, "cpu")
     assert not forward.passed and forward.error == pytest.approx(1 - 1 / 300, rel=1e-6)
     assert not backward.passed
 
@@ -312,7 +314,7 @@ def test_custom_variants_build_with_their_launchers_and_stages(tmp_path):
     assert again.compiled.folder == variant.compiled.folder
     source = (build.ROOT / "pitfalls" / "cross_entropy" / "int32_targets.cu").read_text()
     entropy = custom.compile_variant("cross_entropy", "int32_targets", source, root=tmp_path)
-    assert entropy.backward_from == custom.default_backward("cross_entropy") and callable(entropy.module.count_targets)
+    assert entropy.backward_from == custom.default_backward(CROSS_ENTROPY) and callable(entropy.module.count_targets)
     assert not hasattr(entropy.module, "custom_backward")
 
 

@@ -27,6 +27,8 @@ from losslab.__main__ import main
 from losslab.kernelbench.evaluate import STATUSES, Verdict, evaluate
 from losslab.kernelbench.export import export_solution
 
+KL_DIV = problems.get("kl_div")
+
 SOLUTIONS_DIR = Path(__file__).parent / "solutions"  # cheating and broken solutions, one trick each
 PAIRS = [(p, v) for p in problems.names() for v in problems.get(p).variants]
 # the batchmean mistake: divide by every element, not by the batch size (kl_div vectorized.cu, whose
@@ -274,11 +276,14 @@ def test_structured_inputs_put_most_of_the_loss_in_a_few_rows(problem):
     from losslab.kernelbench import inputs
 
     spec = problems.get(problem)
-    made = inputs.make(problem, (256, 512), 3, "structured", "cpu", torch.float32)
-    again = inputs.make(problem, (256, 512), 3, "structured", "cpu", torch.float32)
+    made = inputs.make(problems.get(problem), (256, 512), 3, "structured", "cpu", torch.float32)
+    again = inputs.make(problems.get(problem), (256, 512), 3, "structured", "cpu", torch.float32)
     assert all(torch.equal(a, b) for a, b in zip(made, again, strict=True))  # the parent's and the child's
     upcast = [x.double() if x.is_floating_point() else x for x in made]
-    per_row = torch.stack([spec.reference(*[x[i:i + 1] for x in upcast]) for i in range(256)])
+    # each row with its targets: hinge_loss's (D,) targets are every row's
+    shared = [problem == "hinge_loss" and x.dim() == 1 for x in upcast]
+    per_row = torch.stack([spec.reference(*[x if s else x[i:i + 1] for x, s in zip(upcast, shared, strict=True)])
+                           for i in range(256)])
     heaviest = per_row.sort(descending=True).values
     assert heaviest[:256 // inputs.HEAVY_EVERY].sum() > 0.5 * per_row.sum()  # 4 rows in 256 carry most
     scale = made[0].abs().median(dim=1).values if problem == "cross_entropy" else made[0].max(dim=1).values
@@ -304,7 +309,7 @@ def build_env(tmp_path) -> dict:
 @pytest.mark.compile
 def test_a_solution_that_does_not_compile_gets_the_compilers_message(tmp_path, monkeypatch):
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0")
-    text = export_solution("kl_div", "vectorized")
+    text = export_solution(KL_DIV, "vectorized")
     assert RIGHT_DIVISOR in text
     path = tmp_path / "broken.py"
     path.write_text(text.replace(RIGHT_DIVISOR, RIGHT_DIVISOR.rstrip(";")))
@@ -341,7 +346,7 @@ def ext_cache(tmp_path_factory):
                                               ("cross_entropy", "fused")])
 def test_exported_solutions_pass(tmp_path, ext_cache, problem, variant):
     path = tmp_path / "solution.py"
-    path.write_text(export_solution(problem, variant))
+    path.write_text(export_solution(problems.get(problem), variant))
     verdict = evaluate(path, problem, size="odd", repeats=5, build_dir=ext_cache)
     assert verdict.passed, verdict.format()
     assert verdict.backward["supported"] and verdict.backward["passed"] and verdict.repeatable
@@ -351,7 +356,7 @@ def test_exported_solutions_pass(tmp_path, ext_cache, problem, variant):
 @pytest.mark.gpu
 def test_exported_solution_passes_at_kernelbench_size(tmp_path, ext_cache):
     path = tmp_path / "solution.py"
-    path.write_text(export_solution("kl_div", "vectorized"))
+    path.write_text(export_solution(KL_DIV, "vectorized"))
     verdict = evaluate(path, "kl_div", build_dir=ext_cache)
     print(verdict.format())
     assert verdict.passed and verdict.timing["speedup_eager"] > 1, verdict.format()
@@ -362,7 +367,7 @@ def test_exported_solution_passes_at_kernelbench_size(tmp_path, ext_cache):
 @pytest.mark.parametrize("kind", ["compile_error", "wrong_values", "wrong_shape", "raised", "timed_out", "crashed"])
 def test_broken_solutions_get_their_verdict_and_leave_cuda_usable(tmp_path, kind):
     if kind in ("compile_error", "wrong_values"):
-        text = export_solution("kl_div", "vectorized")
+        text = export_solution(KL_DIV, "vectorized")
         broken = RIGHT_DIVISOR.rstrip(";") if kind == "compile_error" else WRONG_DIVISOR
         path = tmp_path / f"{kind}.py"
         path.write_text(text.replace(RIGHT_DIVISOR, broken))
@@ -380,7 +385,7 @@ def test_exported_solutions_pass_in_16_bit(tmp_path, ext_cache, problem, dtype):
     spec = problems.get(problem)
     variant = next(v for v in spec.variants if getattr(torch, dtype) in spec.dtypes(v))
     path = tmp_path / "solution.py"
-    path.write_text(export_solution(problem, variant))
+    path.write_text(export_solution(problems.get(problem), variant))
     verdict = evaluate(path, problem, size="odd", dtype=dtype, repeats=5, build_dir=ext_cache)
     assert verdict.passed, verdict.format()
     assert verdict.repeatable is not None and verdict.backward["passed"]

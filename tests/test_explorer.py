@@ -37,6 +37,7 @@ def test_explorer_measures_only_what_is_new(monkeypatch):
     calls = []
 
     def fake_measure(problem, size, *, variants, peers, dtypes, **kwargs):
+        problem = problems.get(problem).name  # a Problem, or a knob configuration's name
         name = (variants or list(peers))[0]
         calls.append(name)
         ms = 2.0 if name == "eager" else 1.0
@@ -241,6 +242,7 @@ def _fake_live(monkeypatch) -> list:
     ms_of = {"warp_shuffle": 3.0, "eager": 2.0}
 
     def fake_measure(problem, size, *, variants, peers, dtypes, **kwargs):
+        problem = problems.get(problem).name  # a Problem, or a knob configuration's name
         name = (variants or list(peers))[0]
         calls.append(name)
         ms = ms_of.get(name, 1.0)
@@ -302,6 +304,7 @@ def test_live_a_configuration_is_built_then_timed_once_labelled_with_its_knobs(m
     monkeypatch.setattr(build, "load_extension", lambda problem, defines=(): built.append(defines))
 
     def fake_measure(problem, size, *, variants, peers, dtypes, **kwargs):
+        problem = problems.get(problem).name  # a Problem, or a knob configuration's name
         name = getattr(variants[0], "name", variants[0]) if variants else peers[0]
         timed.append(name)
         ms = {"eager": 2.0, "vectorized": 1.0, "vectorized [THREADS=128, UNROLL=4]": 0.5}.get(name, 0.25)

@@ -20,6 +20,8 @@ from losslab.__main__ import main
 from losslab.kernelbench import export
 from losslab.kernelbench.export import ExportError, cuda_source, export_solution, inline_includes
 
+CROSS_ENTROPY = problems.get("cross_entropy")
+
 PAIRS = [(p, v) for p in problems.names() for v in problems.get(p).variants]
 
 
@@ -54,7 +56,7 @@ def test_exported_files_and_the_template_lint_clean(tmp_path):
     paths = [export.TEMPLATE]
     for problem, variant in PAIRS:
         paths.append(tmp_path / f"{problem}_{variant}.py")
-        paths[-1].write_text(export_solution(problem, variant))
+        paths[-1].write_text(export_solution(problems.get(problem), variant))
     run = subprocess.run([ruff(), "check", "--no-cache", "--config", str(build.ROOT / "pyproject.toml"),
                           *map(str, paths)], capture_output=True, text=True)
     assert run.returncode == 0, run.stdout[-4000:]
@@ -64,7 +66,7 @@ def test_exported_files_and_the_template_lint_clean(tmp_path):
 
 @pytest.mark.parametrize("problem, variant", PAIRS)
 def test_export_is_one_self_contained_python_file(problem, variant):
-    text = export_solution(problem, variant)
+    text = export_solution(problems.get(problem), variant)
     tree = ast.parse(text)
     defined = {node.name for node in tree.body if isinstance(node, (ast.ClassDef, ast.FunctionDef))}
     assert {"Model", "ModelNew", "get_inputs", "get_init_inputs", "forward", "backward", "launch_values"} <= defined
@@ -73,7 +75,7 @@ def test_export_is_one_self_contained_python_file(problem, variant):
     assert f"{problem}_{variant}_forward" in text  # the rung's launcher, defined in the inlined .cu
     assert f"#define BOUND_RUNGS(X) X({variant})" in text  # the binding binds this rung only
     assert '#include "' not in text, "a local include was left unresolved"
-    source = cuda_source(problem, variant)
+    source = cuda_source(problems.get(problem), variant)
     assert (build.KERNELS / problem / f"{variant}.cu").read_text().splitlines()[0] in source
 
 
@@ -85,7 +87,7 @@ def test_host_code_is_the_packages_own(problem):
     from losslab.problems import launch
 
     module = problems.get(problem).host
-    text = export.host_code(problem)
+    text = export.host_code(problems.get(problem))
     for function in (module.forward, module.backward, module.validate_inputs, launch.launch_values):
         assert inspect.getsource(function) in text
 
@@ -96,7 +98,7 @@ def test_exported_constants_are_their_source_not_this_process_state(monkeypatch)
     from losslab.problems import launch
 
     monkeypatch.setitem(launch._STREAM_SCRATCH, (0, 0), torch.empty(4))
-    text = export.host_code("cross_entropy")
+    text = export.host_code(CROSS_ENTROPY)
     assert "_STREAM_SCRATCH: dict[tuple[int, int], torch.Tensor] = {}" in text
     constants = text.split("\n\n\n")[0]
     namespace = {"torch": torch}
@@ -105,9 +107,9 @@ def test_exported_constants_are_their_source_not_this_process_state(monkeypatch)
 
 
 def test_a_rung_that_falls_back_links_the_rung_it_falls_back_to():
-    names = [path.name for path in export.kernel_files("cross_entropy", "cluster")]
+    names = [path.name for path in export.kernel_files(CROSS_ENTROPY, "cluster")]
     assert names[:2] == ["cluster.cu", "fused.cu"]
-    assert "fused.cu" not in [path.name for path in export.kernel_files("cross_entropy", "vectorized")]
+    assert "fused.cu" not in [path.name for path in export.kernel_files(CROSS_ENTROPY, "vectorized")]
 
 
 def test_inlining_takes_each_header_once(tmp_path):
@@ -127,29 +129,36 @@ def test_exported_model_and_inputs_are_the_problems(tmp_path, problem):
     """Model is the problem's reference; get_inputs() follows its generator at its seed size."""
     spec = problems.get(problem)
     path = tmp_path / "solution.py"
-    path.write_text(export_solution(problem, spec.variants[0]))
+    path.write_text(export_solution(problems.get(problem), spec.variants[0]))
     module = load_module(path)
     assert (module.batch_size, *module.input_shape) == spec.sizes["seed"]
-    assert module.get_init_inputs() == []
-    module.batch_size, module.input_shape = 7, (33,)  # small, so the test stays quick
+    init = module.get_init_inputs()  # KernelBench's Model(*init): [] or, for the triplet loss, its margin
+    # small, so the test stays quick; KernelBench's hinge loss draws its (D,) targets with batch_size
+    # elements (its file is consistent only where B == D, as at its size)
+    rows, cols = (33, 33) if problem == "hinge_loss" else (7, 33)
+    module.batch_size, module.input_shape = rows, (cols,)
     if hasattr(module, "num_classes"):
-        module.num_classes = 33
+        module.num_classes = cols
     inputs = module.get_inputs()
-    mine = spec.make_inputs((7, 33), seed=0, device="cpu")
+    mine = spec.make_inputs((rows, cols), seed=0, device="cpu")
     assert [(x.shape, x.dtype) for x in inputs] == [(x.shape, x.dtype) for x in mine]
-    torch.testing.assert_close(module.Model()(*inputs), spec.reference(*inputs))
+    torch.testing.assert_close(module.Model(*init)(*inputs), spec.reference(*inputs))
 
 
 @pytest.mark.parametrize("problem", problems.names())
 def test_exported_model_new_checks_its_inputs_before_any_build(tmp_path, problem):
+    spec = problems.get(problem)
     path = tmp_path / "solution.py"
-    path.write_text(export_solution(problem, "naive"))
+    path.write_text(export_solution(spec, spec.variants[0]))
     module = load_module(path)
-    inputs = problems.get(problem).make_inputs((4, 8), seed=0, device="cpu")
-    with pytest.raises(ValueError, match="predictions: expected a CUDA tensor"):
+    inputs = spec.make_inputs((4, 8), seed=0, device="cpu")
+    first = spec.input_names[0]
+    with pytest.raises(ValueError, match=f"{first}: expected a CUDA tensor"):
         module.ModelNew.forward(None, *inputs)  # no __init__: nothing is built
-    with pytest.raises(TypeError, match="predictions: expected a torch.Tensor"):
-        module.ModelNew.forward(None, inputs[0].tolist(), inputs[1])
+    with pytest.raises(TypeError, match=f"{first}: expected a torch.Tensor"):
+        module.ModelNew.forward(None, inputs[0].tolist(), *inputs[1:])
+    with pytest.raises(ValueError, match="ModelNew: the kernels compute Model"):
+        module.ModelNew(*module.get_init_inputs(), 2.0)  # other init inputs than KernelBench's: refused
 
 
 # --- cpu tier: the command line ----------------------------------------------------------------
@@ -179,7 +188,7 @@ def test_exported_solution_builds_with_load_inline(tmp_path, problem, variant):
     """A few rungs, for sm_90 only, to keep it quick (about 10 s each); no GPU is needed to
     build and import, and importing fails on any launcher the binding misses."""
     path = tmp_path / "solution.py"
-    path.write_text(export_solution(problem, variant))
+    path.write_text(export_solution(problems.get(problem), variant))
     code = (f"import importlib.util as u; s = u.spec_from_file_location('s', r'{path}'); "
             "m = u.module_from_spec(s); s.loader.exec_module(m); e = m.extension(); "
             f"print(callable(e.{variant}_forward), callable(e.{variant}_backward))")

@@ -15,10 +15,13 @@ from pathlib import Path
 import pytest
 import torch
 
+from losslab import problems
 from losslab.__main__ import main
 from losslab.kernelbench import folder
 from losslab.kernelbench.export import export_solution
 from losslab.kernelbench.verdict import Verdict
+
+KL_DIV, CROSS_ENTROPY = problems.get("kl_div"), problems.get("cross_entropy")
 
 SOLUTIONS_DIR = Path(__file__).parent / "solutions"
 
@@ -82,7 +85,7 @@ def test_a_report_reads_correctness_speedup_and_speed_of_light_from_the_verdicts
 def test_an_answer_names_its_problem(tmp_path):
     cases = {
         "commented.py": "# problem: cross_entropy\nimport torch\n",
-        "exported.py": export_solution("kl_div", "naive"),  # PROBLEM = 'kl_div' and KernelBench's 98_KLDivLoss
+        "exported.py": export_solution(KL_DIV, "naive"),  # PROBLEM = 'kl_div' and KernelBench's 98_KLDivLoss
         "level1_95_CrossEntropyLoss_answer.py": "import torch\n",  # KernelBench's name in the file name
         "copied.py": '"""An answer to KernelBench level 1, 98_KLDivLoss."""\n',
         "kl_div_mine.py": "import torch\n",  # a problem's name opens the file name
@@ -105,8 +108,9 @@ def test_an_answer_whose_problem_cannot_be_told_is_refused(tmp_path):
     (tmp_path / "plain.py").write_text("# 98_KLDivLoss or 95_CrossEntropyLoss?\n")
     with pytest.raises(ValueError, match="it could be cross_entropy or kl_div"):
         folder.answers(tmp_path)
-    (tmp_path / "plain.py").write_text("# problem: mse_loss\n")
-    with pytest.raises(ValueError, match=r"names 'mse_loss'; expected one of"):
+    # l1_loss: a PyTorch loss that is not one of our problems
+    (tmp_path / "plain.py").write_text("# problem: l1_loss\n")
+    with pytest.raises(ValueError, match=r"names 'l1_loss'; expected one of"):
         folder.answers(tmp_path)
 
 
@@ -116,16 +120,17 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
         path.mkdir()
     (text_only / "notes.txt").write_text("x")
     (unnamed / "a.py").write_text("import torch\n")
-    (tmp_path / "map.json").write_text(json.dumps({"a.py": "mse_loss"}))
+    # l1_loss: a PyTorch loss that is not one of our problems
+    (tmp_path / "map.json").write_text(json.dumps({"a.py": "l1_loss"}))
     (tmp_path / "list.json").write_text("[1]")
     cases = [
         (["evaluate", str(tmp_path / "missing")], "losslab evaluate: solution: expected an existing file or folder"),
         (["evaluate", str(empty)], f"losslab evaluate: solution: {empty} holds no .py answers (it is empty)"),
         (["evaluate", str(text_only)], f"losslab evaluate: solution: {text_only} holds no .py answers"),
         (["evaluate", str(unnamed)], "losslab evaluate: solution: answer a.py: cannot tell its problem"),
-        (["evaluate", str(unnamed), "--problem", "mse_loss"], "losslab evaluate: --problem: expected one of"),
+        (["evaluate", str(unnamed), "--problem", "l1_loss"], "losslab evaluate: --problem: expected one of"),
         (["evaluate", str(unnamed), "--problems", str(tmp_path / "map.json")],
-         "losslab evaluate: --problems: no problem 'mse_loss'"),
+         "losslab evaluate: --problems: no problem 'l1_loss'"),
         (["evaluate", str(unnamed), "--problems", str(tmp_path / "list.json")],
          "losslab evaluate: --problems: expected a JSON object of answer file name -> problem name"),
         (["evaluate", str(unnamed), "--problems", str(tmp_path / "nothing.json")],
@@ -195,8 +200,8 @@ def test_the_cli_grades_a_folder_without_a_gpu_as_no_gpu(mixed, tmp_path, capsys
 def test_a_small_real_folder_is_graded_with_speedups_and_fast_p(tmp_path):
     answers = tmp_path / "answers"
     answers.mkdir()
-    (answers / "kl_div_vectorized.py").write_text(export_solution("kl_div", "vectorized"))
-    (answers / "cross_entropy_vectorized.py").write_text(export_solution("cross_entropy", "vectorized"))
+    (answers / "kl_div_vectorized.py").write_text(export_solution(KL_DIV, "vectorized"))
+    (answers / "cross_entropy_vectorized.py").write_text(export_solution(CROSS_ENTROPY, "vectorized"))
     (answers / "one_row_in_eight.py").write_text("# problem: kl_div\n" + (SOLUTIONS_DIR / "one_row_in_eight.py")
                                                  .read_text())
     write_answer(answers, "segfaults", "os.kill(os.getpid(), signal.SIGSEGV)")

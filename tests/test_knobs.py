@@ -3,7 +3,9 @@ cpu: the declarations each rung file makes, the checks of a value, the labels, t
 extension names and the one-line compile error; compile: a configuration builds as its own
 extension and a value the kernel refuses fails with its static_assert in one line; gpu: a
 configuration runs and matches float64."""
+import os
 import re
+from concurrent import futures
 
 import pytest
 import torch
@@ -20,6 +22,19 @@ DEFAULTS = {
     ("cross_entropy", "warp_shuffle"): {"THREADS": 256},
     ("cross_entropy", "vectorized"): {"FORWARD_WARPS": 8, "BACKWARD_WARPS": 4, "UNROLL": 8},
     ("cross_entropy", "fused"): {"THREADS": 128, "TILE": 8}, ("cross_entropy", "cluster"): {"THREADS": 256},
+    ("hinge_loss", "naive"): {"THREADS": 256}, ("hinge_loss", "shared_memory"): {"THREADS": 256},
+    ("hinge_loss", "warp_shuffle"): {"THREADS": 256}, ("hinge_loss", "vectorized"): {"THREADS": 256, "UNROLL": 4},
+    ("hinge_loss", "fused"): {"THREADS": 256, "UNROLL": 4},
+    ("triplet_margin_loss", "vectorized"): {"THREADS": 512, "CACHE": 4},
+    ("triplet_margin_loss", "fused"): {"THREADS": 512, "CACHE": 4},
+    ("cosine_similarity_loss", "naive"): {"THREADS": 256},
+    ("cosine_similarity_loss", "shared_memory"): {"THREADS": 256},
+    ("cosine_similarity_loss", "warp_shuffle"): {"THREADS": 256},
+    ("cosine_similarity_loss", "vectorized"): {"THREADS": 256, "TILE": 4},
+    ("cosine_similarity_loss", "fused"): {"THREADS": 512, "TILE": 4},
+    ("mse_loss", "vectorized"): {"THREADS": 256, "UNROLL": 4}, ("mse_loss", "fused"): {"THREADS": 256, "UNROLL": 4},
+    ("smooth_l1_loss", "vectorized"): {"THREADS": 256, "UNROLL": 2},
+    ("smooth_l1_loss", "fused"): {"THREADS": 256, "UNROLL": 2},
 }
 THREADS_128 = (("LOSSLAB_KL_DIV_VECTORIZED_THREADS", 128),)
 
@@ -126,14 +141,33 @@ def test_a_value_the_kernel_refuses_fails_with_its_static_assert_in_one_line():
         '"LOSSLAB_KL_DIV_VECTORIZED_THREADS: a multiple of 32 from 32 to 1024 (whole warps)"')
 
 
+EXTREMES = ("problem", "rung", "knob", "value")
+
+
+@pytest.fixture(scope="module")
+def extreme_cubins(request, tmp_path_factory):
+    """``{(problem, rung, knob, value): future}``: the sm_90 cubin of each extreme the selected tests
+    name, compiled on first use one nvcc per CPU (each configuration alone, as one at a time)."""
+    out = tmp_path_factory.mktemp("extremes")
+
+    def compiled(problem, rung, knob, value):
+        config = knobs.config(problem, rung, {knob: value})
+        return build.compile_cubin(build.KERNELS / problem / f"{rung}.cu", "sm_90", out / f"{rung}-{knob}-{value}",
+                                   tuple(build.define_flags(problem, config.defines)))
+
+    wanted = [tuple(item.callspec.params[name] for name in EXTREMES) for item in request.session.items
+              if "extreme_cubins" in getattr(item, "fixturenames", ()) and hasattr(item, "callspec")]
+    pool = futures.ThreadPoolExecutor(len(os.sched_getaffinity(0)))
+    request.addfinalizer(pool.shutdown)
+    return {case: pool.submit(compiled, *case) for case in wanted}
+
+
 @pytest.mark.compile
-@pytest.mark.parametrize("problem, rung, knob, value", [
+@pytest.mark.parametrize(", ".join(EXTREMES), [
     (p, v, k.name, value) for p in problems.names() for v in problems.get(p).variants
     for k in knobs.knobs(p, v) for value in {k.allowed[0], k.allowed[-1]} - {k.default}])
-def test_every_offered_extreme_compiles(tmp_path, problem, rung, knob, value):
-    config = knobs.config(problem, rung, {knob: value})
-    build.compile_cubin(build.KERNELS / problem / f"{rung}.cu", "sm_90", tmp_path,
-                        tuple(build.define_flags(problem, config.defines)))
+def test_every_offered_extreme_compiles(extreme_cubins, problem, rung, knob, value):
+    extreme_cubins[problem, rung, knob, value].result()  # raises BuildError with nvcc's message
 
 
 # --- gpu tier ---------------------------------------------------------------------------------------

@@ -26,9 +26,11 @@ Every checker here is also run once on a deliberately broken copy, and fails the
 from __future__ import annotations
 
 import functools
+import os
 import re
 import shutil
 import subprocess
+from concurrent import futures
 from pathlib import Path
 
 import pytest
@@ -341,15 +343,32 @@ def test_rung_is_float32_only_without_knobs(problem, rung):
     assert not found, f"{problem}/ladder/{rung}.cu:\n" + "\n".join(found)
 
 
+@pytest.fixture(scope="module")
+def simulator_builds(request):
+    """``{(problem, rung): future}``: the simulator's binaries of every rung of the problems the selected
+    tests name, built (into the simulator's content-keyed cache) one g++ per CPU on first use, so that
+    each test's ``sim_run.run`` finds its binary built; a build's error is the run's to report."""
+    wanted = {item.callspec.params["problem"] for item in request.session.items
+              if "simulator_builds" in getattr(item, "fixturenames", ()) and hasattr(item, "callspec")}
+    if not gxx_with_sanitizers():
+        return {}
+    pool = futures.ThreadPoolExecutor(len(os.sched_getaffinity(0)))
+    request.addfinalizer(pool.shutdown)
+    return {(p, r): pool.submit(sim_build.build, p, simulator_source(p, r), f"{r}.cu")
+            for p in sorted(wanted) for r in LADDERS[p]
+            if not SIMULATOR_LACKS.search(without_comments(ladder.source(p, r).read_text()))}
+
+
 @pytest.mark.parametrize("order", ["forward", "reverse"])
 @pytest.mark.parametrize("problem, rung", RUNGS, ids=RUNG_IDS)
-def test_rung_matches_float64_on_the_cpu_simulator(problem, rung, order):
+def test_rung_matches_float64_on_the_cpu_simulator(simulator_builds, problem, rung, order):
     if not gxx_with_sanitizers():
         pytest.skip("simulator tests skipped: g++ with -fsanitize=address,undefined is missing")
     lacks = SIMULATOR_LACKS.search(without_comments(ladder.source(problem, rung).read_text()))
     if lacks:
         pytest.skip(f"{problem} {rung} cannot run on the CPU simulator: it uses {lacks[0]}, and the simulator "
                     "models no thread-block clusters, distributed shared memory or inline PTX (the gpu tier runs it)")
+    futures.wait([simulator_builds[problem, rung]])
     outcome = sim_run.run(simulator_source(problem, rung), problem, label=f"{rung}.cu", order=order)
     found = simulator_mismatches(outcome, problem)
     assert not found, f"{problem}/ladder/{rung}.cu, threads in {order} order:\n" + "\n".join(found)
@@ -463,15 +482,34 @@ SASS_SIGNS = {
 
 
 @pytest.fixture(scope="module")
-def cubin(tmp_path_factory):
-    """``cubin(problem, rung, arch) -> (path, ptxas report)``, compiled once per module run."""
+def machine_code(request, tmp_path_factory):
+    """``(cubin, sass)``: ``cubin(problem, rung, arch) -> (path, ptxas report)`` and ``sass(problem, rung)
+    -> {kernel: SASS}`` (sm_90), each made once per module run. Every rung of the problems the selected
+    tests name is compiled for both architectures, then disassembled, on first use, one nvcc or cuobjdump
+    per CPU (each file alone, as one at a time would: the ladder's compile tier is most of its time); a
+    failure is raised by the test that asks for that file."""
     out = tmp_path_factory.mktemp("ladder-cubin")
+    wanted = {item.callspec.params["problem"] for item in request.session.items
+              if "machine_code" in getattr(item, "fixturenames", ()) and hasattr(item, "callspec")}
+    pool = futures.ThreadPoolExecutor(len(os.sched_getaffinity(0)))
+    request.addfinalizer(pool.shutdown)
+    compiled = {(p, r, arch): pool.submit(build.compile_cubin, ladder.source(p, r), arch, out / p)
+                for p in sorted(wanted) for r in LADDERS[p] for arch in ARCHS}
+    # Submitted after every compile: a worker waits only on a compile already taken by another.
+    disassembled = {(p, r): pool.submit(lambda key: build.disassemble(compiled[key].result()[0]), (p, r, "sm_90"))
+                    for p, r, arch in compiled if arch == "sm_90"}
+    return (lambda problem, rung, arch: compiled[problem, rung, arch].result(),
+            lambda problem, rung: disassembled[problem, rung].result())
 
-    @functools.cache
-    def compiled(problem: str, rung: str, arch: str):
-        return build.compile_cubin(ladder.source(problem, rung), arch, out / problem)
 
-    return compiled
+@pytest.fixture
+def cubin(machine_code):
+    return machine_code[0]
+
+
+@pytest.fixture
+def sass(machine_code):
+    return machine_code[1]
 
 
 def forward_stores(sass: dict[str, str]) -> int:
@@ -494,11 +532,11 @@ def test_rung_compiles_without_spills(cubin, problem, rung, arch):
 
 @pytest.mark.compile
 @pytest.mark.parametrize("problem, rung", RUNGS, ids=RUNG_IDS)
-def test_sass_shows_the_rungs_idea(cubin, problem, rung):
+def test_sass_shows_the_rungs_idea(sass, problem, rung):
     if rung not in SASS_SIGNS:
         pytest.skip(f"no SASS sign is declared for a {rung} rung here")
-    sass = build.disassemble(cubin(problem, rung, "sm_90")[0])
-    text = "\n".join(sass.values())
+    kernels = sass(problem, rung)
+    text = "\n".join(kernels.values())
     required, forbidden = SASS_SIGNS[rung]
     for opcode in required:
         assert re.search(opcode, text), f"{problem} {rung}: expected {opcode} in its SASS"
@@ -507,8 +545,8 @@ def test_sass_shows_the_rungs_idea(cubin, problem, rung):
     names = LADDERS[problem]
     if rung == "fused" and names.index(rung) > 0:  # its forward also stores the gradient
         below = names[names.index(rung) - 1]
-        stores = forward_stores(sass)
-        below_stores = forward_stores(build.disassemble(cubin(problem, below, "sm_90")[0]))
+        stores = forward_stores(kernels)
+        below_stores = forward_stores(sass(problem, below))
         assert stores > below_stores, (f"{problem} fused: its forward kernels hold {stores} global stores, {below}'s "
                                        f"{below_stores}: the forward should also store the gradient")
 
@@ -548,8 +586,9 @@ def launchers(problem: str, rung: str):
     """(forward, backward, write_grad): the rung's bound launchers and whether its forward writes the
     gradient (the problem's rung table of the rung of that name says so)."""
     ext = ladder.load_ladder(problem)
+    spec = problems.get(problem)  # a teaching rung without an operator of its name writes no gradient in its forward
     return (getattr(ext, f"{rung}_forward"), getattr(ext, f"{rung}_backward"),
-            problems.get(problem).rung(rung).writes_grad_in_forward)
+            rung in spec.variants and spec.rung(rung).writes_grad_in_forward)
 
 
 def ladder_errors(problem: str, rung: str, inputs, forward=None, backward=None) -> list[str]:

@@ -19,6 +19,7 @@ A record made before these counters existed skips with a reason saying to re-rec
 also runs on a doctored profile where the fix is absent, and must fail there.
 """
 import dataclasses
+import importlib
 
 import pytest
 
@@ -131,7 +132,13 @@ def recorded_profile(problem: str, results_dir=records.RESULTS_DIR) -> Profile:
 
 @pytest.mark.parametrize("claim", CLAIMS, ids=lambda c: c.__name__.removeprefix("claim_"))
 @pytest.mark.parametrize("problem", problems.names())
-def test_the_record_supports_the_claim(problem, claim):
+def test_the_record_supports_the_claim(problem, claim, request):
+    """Each claim on each loss's newest record; a claim the loss's claims.py lists in REFUTED (with what
+    was measured) must fail there, and passes the day the rung is fixed only if it leaves that list."""
+    refuted = getattr(importlib.import_module(f"losslab.problems.{problem}.claims"), "REFUTED", {})
+    name = claim.__name__.removeprefix("claim_")
+    if name in refuted:
+        request.applymarker(pytest.mark.xfail(raises=AssertionError, strict=True, reason=refuted[name]))
     claim(recorded_profile(problem))
 
 

@@ -7,7 +7,10 @@ The CSV below has the shape of ``ncu --csv --print-units base`` output with made
 import pytest
 import torch
 
+from losslab import problems
 from losslab.measure import ncu
+
+KL_DIV = problems.get("kl_div")
 
 # parser fixture: the shape of `ncu --csv --print-units base` output (details page), values made up
 NCU_CSV = '''==PROF== Connected to process 123 (/usr/bin/python3.11)
@@ -62,7 +65,7 @@ def test_ncu_refusals_become_a_status(output, status):
 
 def test_missing_ncu_is_a_status_not_an_error(monkeypatch):
     monkeypatch.setattr(ncu, "find_ncu", lambda: None)
-    result = ncu.profile_problem("kl_div", (8, 300))
+    result = ncu.profile_problem(KL_DIV, (8, 300))
     assert result.status == "unavailable" and "ncu" in result.message and result.records == []
     assert "unavailable" in ncu.ncu_table_text(result)
 
@@ -84,7 +87,7 @@ def test_one_find_ncu_serves_the_environment_page():
 
 @pytest.mark.gpu
 def test_profile_of_a_small_size_measures_dram_bytes_or_says_why():
-    result = ncu.profile_problem("kl_div", (256, 4096), ["naive", "shared_memory"], ("eager",))
+    result = ncu.profile_problem(KL_DIV, (256, 4096), ["naive", "shared_memory"], ("eager",))
     assert result.status in ("ok", "unavailable", "refused"), result.message
     if result.status == "ok":
         forward = result.find("naive", "forward")
@@ -205,7 +208,7 @@ def test_a_metric_ncu_rejects_is_dropped_and_the_profile_still_succeeds(monkeypa
         return ncu.parse_ncu_csv(EVIDENCE_CSV), [LABELS[0], None], "", 0
 
     monkeypatch.setattr(ncu, "_run_ncu", fake_run)
-    profile = ncu.profile_problem("kl_div", (64, 4096), ["naive"], ())
+    profile = ncu.profile_problem(KL_DIV, (64, 4096), ["naive"], ())
     assert profile.status == "ok" and len(calls) == 2 and bad not in calls[1]
     assert profile.missing[bad].startswith("ncu rejected it: ==ERROR== Failed to find metric")
     assert "ncu reported no value" in profile.missing["lts__t_sectors_srcunit_tex_op_read.sum"]
@@ -224,6 +227,6 @@ def test_a_failure_naming_no_metric_falls_back_to_dram_bytes_only(monkeypatch):
         return ncu.parse_ncu_csv(NCU_CSV), LABELS, "", 0
 
     monkeypatch.setattr(ncu, "_run_ncu", fake_run)
-    profile = ncu.profile_problem("kl_div", (64, 4096), ["naive"], ())
+    profile = ncu.profile_problem(KL_DIV, (64, 4096), ["naive"], ())
     assert profile.status == "ok" and calls[-1] == list(ncu.NCU_METRICS) and not profile.has_evidence
     assert all("failed with the evidence metrics" in profile.missing[m] for m in ncu.EVIDENCE_METRICS)

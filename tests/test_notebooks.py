@@ -100,7 +100,8 @@ def test_executes_headless(built, path):
 
 
 HEADLESS_FACTOR = 4  # machines differ; the README's "~90 s" for 05 was seven times one run (issue 26)
-TIMED_IN_README = ("05_your_turn", "06_pitfalls")  # the rows measured on the 2-core machine, one run each
+# the rows measured on the 2-core machine, one run each
+TIMED_IN_README = ("03_roofline", "05_your_turn", "06_pitfalls", "10_loss_family")
 
 
 def readme_headless_s(name: str) -> float:

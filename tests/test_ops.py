@@ -24,7 +24,8 @@ def meta_inputs(problem, rows=8, cols=16, dtype=torch.float32):
     predictions = torch.empty(rows, cols, device="meta", dtype=dtype)
     if problem == "cross_entropy":
         return predictions, torch.empty(rows, device="meta", dtype=torch.int64)
-    return predictions, torch.empty(rows, cols, device="meta", dtype=dtype)
+    return (predictions, *(torch.empty(rows, cols, device="meta", dtype=dtype)
+                           for _ in problems.get(problem).input_names[1:]))
 
 
 # --- cpu tier: schemas and fakes ---------------------------------------------------------------
@@ -46,17 +47,17 @@ def test_every_rung_has_its_operators_and_none_mutates(problem, variant):
 @pytest.mark.parametrize("dtype", HALF_AND_FLOAT)
 def test_fake_forward_and_backward_give_the_kernels_shapes_and_dtypes(problem, variant, dtype):
     rung_ops = ops.OPS[(problem, variant)]
-    predictions, targets = meta_inputs(problem, dtype=dtype)
-    out = rung_ops.forward(predictions, targets)
+    predictions, *targets = meta_inputs(problem, dtype=dtype)
+    out = rung_ops.forward(predictions, *targets)
     loss = out[0] if isinstance(out, tuple) else out
     assert loss.shape == () and loss.dtype == dtype and loss.device.type == "meta"
     state = out[1:] if isinstance(out, tuple) else ()
     if problem == "cross_entropy":  # stats: counts (4 int64), row_max, row_log_sum
         assert [(s.shape, s.dtype) for s in state] == [((8 + 2 * 8,), torch.float32)]
-    grad = rung_ops.backward(predictions, targets, *state, torch.empty((), device="meta"))
+    grad = rung_ops.backward(predictions, *targets, *state, torch.empty((), device="meta"))
     assert grad.shape == predictions.shape and grad.dtype == dtype
     if rung_ops.forward_grad is not None:
-        loss, grad = rung_ops.forward_grad(predictions, targets)
+        loss, grad = rung_ops.forward_grad(predictions, *targets)
         assert loss.shape == () and grad.shape == predictions.shape and grad.is_contiguous()
 
 
@@ -64,11 +65,11 @@ def test_fake_forward_and_backward_give_the_kernels_shapes_and_dtypes(problem, v
 def test_autograd_runs_through_the_fakes(problem, variant):
     """The traced path (as torch.compile calls it) on meta tensors: the forward that writes the
     gradient when one is needed, and a backward that gives the predictions a gradient."""
-    predictions, targets = meta_inputs(problem)
+    predictions, *targets = meta_inputs(problem)
     predictions.requires_grad_(True)
     rung_ops = ops.OPS[(problem, variant)]
     forward = rung_ops.forward_grad if rung_ops.forward_grad is not None else rung_ops.forward
-    out = forward(predictions, targets)
+    out = forward(predictions, *targets)
     loss = out[0] if isinstance(out, tuple) else out
     assert loss.requires_grad
     (grad,) = torch.autograd.grad(loss, predictions)
@@ -90,17 +91,18 @@ def test_metadata_key_holds_what_validation_reads():
     assert ops.metadata_key((p, t)) != ops.metadata_key((p, t.requires_grad_(True)))
     assert ops.metadata_key((p, t.double())) != ops.metadata_key((p, t))
     assert ops.metadata_key((p, t[:2])) != ops.metadata_key((p, t))
-    assert ops.metadata_key((p, t, t)) is None and ops.metadata_key((p, [1.0])) is None
+    assert ops.metadata_key((p, t, t)) != ops.metadata_key((p, t, t.requires_grad_(False).double()))
+    assert ops.metadata_key((p,)) is None and ops.metadata_key((p, [1.0])) is None
 
 
 @pytest.mark.parametrize("problem", problems.names())
 def test_inputs_that_failed_the_checks_are_checked_again(problem):
     """Only inputs that passed are remembered: a bad call raises every time."""
     loss_fn = losslab.variant(problem, "vectorized")
-    predictions, targets = problems.get(problem).make_inputs((4, 6), seed=0, device="cpu")
+    predictions, *targets = problems.get(problem).make_inputs((4, 6), seed=0, device="cpu")
     for _ in range(2):
         with pytest.raises(ValueError, match="CUDA"):
-            loss_fn(predictions, targets)
+            loss_fn(predictions, *targets)
 
 
 # --- cpu tier: stand-in CPU kernels, to test the plumbing without a GPU --------------------------
@@ -164,13 +166,13 @@ def cuda_inputs(problem, shape=(65, 1001), dtype=torch.float32):
 @pytest.mark.parametrize("problem, variant", PAIRS)
 def test_opcheck_every_operator(problem, variant):
     rung_ops = ops.OPS[(problem, variant)]
-    predictions, targets = cuda_inputs(problem)
-    torch.library.opcheck(rung_ops.forward, (predictions.clone().requires_grad_(True), targets))
-    out = rung_ops.forward(predictions, targets)
+    predictions, *targets = cuda_inputs(problem)
+    torch.library.opcheck(rung_ops.forward, (predictions.clone().requires_grad_(True), *targets))
+    out = rung_ops.forward(predictions, *targets)
     state = out[1:] if isinstance(out, tuple) else ()
-    torch.library.opcheck(rung_ops.backward, (predictions, targets, *state, torch.tensor(0.5, device="cuda")))
+    torch.library.opcheck(rung_ops.backward, (predictions, *targets, *state, torch.tensor(0.5, device="cuda")))
     if rung_ops.forward_grad is not None:
-        torch.library.opcheck(rung_ops.forward_grad, (predictions.clone().requires_grad_(True), targets))
+        torch.library.opcheck(rung_ops.forward_grad, (predictions.clone().requires_grad_(True), *targets))
 
 
 @pytest.mark.gpu
@@ -178,13 +180,13 @@ def test_opcheck_every_operator(problem, variant):
 def test_compile_fullgraph_forward_and_backward(problem, variant):
     torch._dynamo.reset()
     spec = problems.get(problem)
-    predictions, targets = cuda_inputs(problem)
+    predictions, *targets = cuda_inputs(problem)
     loss_fn = losslab.variant(problem, variant)
-    compiled = torch.compile(lambda x, y: loss_fn(x, y) * 2.0, fullgraph=True)
+    compiled = torch.compile(lambda x, *y: loss_fn(x, *y) * 2.0, fullgraph=True)
     leaf = predictions.clone().requires_grad_(True)
-    loss = compiled(leaf, targets)
+    loss = compiled(leaf, *targets)
     loss.backward()
-    loss64, grad64 = spec.reference_float64(predictions, targets)
+    loss64, grad64 = spec.reference_float64(predictions, *targets)
     torch.testing.assert_close(loss.double(), loss64 * 2, rtol=1e-5, atol=0)
     torch.testing.assert_close(leaf.grad.double(), grad64 * 2, rtol=1e-4, atol=1e-6 * grad64.abs().max().item())
 
@@ -193,7 +195,7 @@ def test_compile_fullgraph_forward_and_backward(problem, variant):
 @pytest.mark.parametrize("problem, variant", PAIRS)
 def test_cuda_graph_captures_and_replays_forward_and_backward(problem, variant):
     spec = problems.get(problem)
-    predictions, targets = cuda_inputs(problem)
+    predictions, *targets = cuda_inputs(problem)
     loss_fn = losslab.variant(problem, variant)
     static = predictions.clone().requires_grad_(True)
     side = torch.cuda.Stream()
@@ -201,19 +203,19 @@ def test_cuda_graph_captures_and_replays_forward_and_backward(problem, variant):
     with torch.cuda.stream(side):  # warm up (builds, allocator) outside the capture
         for _ in range(2):
             static.grad = None
-            loss_fn(static, targets).backward()
+            loss_fn(static, *targets).backward()
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     static.grad = None
     with torch.cuda.graph(graph):
-        static_loss = loss_fn(static, targets)
+        static_loss = loss_fn(static, *targets)
         static_loss.backward()
     fresh = spec.make_inputs((65, 1001), seed=1)[0]
     with torch.no_grad():
         static.copy_(fresh)
     graph.replay()
     torch.cuda.synchronize()
-    loss64, grad64 = spec.reference_float64(fresh, targets)
+    loss64, grad64 = spec.reference_float64(fresh, *targets)
     torch.testing.assert_close(static_loss.double(), loss64, rtol=1e-5, atol=0)
     torch.testing.assert_close(static.grad.double(), grad64, rtol=1e-4, atol=1e-6 * grad64.abs().max().item())
 
@@ -223,13 +225,13 @@ def test_cuda_graph_captures_and_replays_forward_and_backward(problem, variant):
 def test_the_host_returns_before_the_kernels_end(problem, variant):
     """No host synchronisation: queue a long sleep kernel, then the loss; the host is back
     while the GPU still sleeps (an event recorded after the loss has not completed)."""
-    predictions, targets = cuda_inputs(problem)
+    predictions, *targets = cuda_inputs(problem)
     loss_fn = losslab.variant(problem, variant)
-    loss_fn(predictions.clone().requires_grad_(True), targets).backward()  # build and warm up
+    loss_fn(predictions.clone().requires_grad_(True), *targets).backward()  # build and warm up
     torch.cuda.synchronize()
     leaf = predictions.clone().requires_grad_(True)
     torch.cuda._sleep(int(2e9))  # about a second of GPU cycles
-    loss = loss_fn(leaf, targets)
+    loss = loss_fn(leaf, *targets)
     loss.backward()
     done = torch.cuda.Event()
     done.record()
@@ -252,10 +254,10 @@ def test_host_time_per_call(problem, variant, quiet_host_us, capsys):
     session the host's speed drifts by half). The teaching rungs share the host path but measured
     slower while their long kernels run (naive: kl_div 50, cross_entropy 56 us), so theirs is
     printed only, with PyTorch's own call."""
-    predictions, targets = cuda_inputs(problem, shape=(128, 4096))
+    predictions, *targets = cuda_inputs(problem, shape=(128, 4096))
     loss_fn = losslab.variant(problem, variant)
-    forward_us = quiet_host_us(lambda: loss_fn(predictions, targets))
-    pytorch_us = quiet_host_us(lambda: problems.get(problem).reference(predictions, targets))
+    forward_us = quiet_host_us(lambda: loss_fn(predictions, *targets))
+    pytorch_us = quiet_host_us(lambda: problems.get(problem).reference(predictions, *targets))
     logits, labels = cuda_inputs("cross_entropy", shape=(128, 4096))
     yardstick_us = quiet_host_us(lambda: torch.nn.functional.cross_entropy(logits, labels))
     bound = max(HOST_US_BOUND, yardstick_us)
@@ -281,13 +283,13 @@ FORWARD_GRAD_KERNELS = {"kl_div": 1, "cross_entropy": 2}
 def test_inference_forward_is_one_kernel_in_the_inputs_dtype(problem, variant, dtype, gpu_activity):
     """A forward without autograd: one kernel, no memset (its ticket and counters are the
     stream's, left zero by each call), no conversion kernel, and the loss in the inputs' dtype."""
-    predictions, targets = cuda_inputs(problem, shape=(128, 4096), dtype=dtype)
+    predictions, *targets = cuda_inputs(problem, shape=(128, 4096), dtype=dtype)
     loss_fn = losslab.variant(problem, variant)
-    kernels, memsets = gpu_activity(lambda: loss_fn(predictions, targets))
+    kernels, memsets = gpu_activity(lambda: loss_fn(predictions, *targets))
     assert len(kernels) == 1 and memsets == 0, (kernels, memsets)
-    loss = loss_fn(predictions, targets)
+    loss = loss_fn(predictions, *targets)
     assert loss.dtype == dtype and loss.shape == ()
-    loss64 = problems.get(problem).reference_float64(predictions, targets)[0]
+    loss64 = problems.get(problem).reference_float64(predictions, *targets)[0]
     torch.testing.assert_close(loss.double(), loss64, rtol=torch.finfo(dtype).eps, atol=0)
 
 
@@ -297,20 +299,20 @@ def test_inference_forward_is_one_kernel_in_the_inputs_dtype(problem, variant, d
 def test_training_forward_and_backward_launch_no_conversion(problem, variant, dtype, gpu_activity):
     """The operators' forward (with its state for a backward) and the backward: no kernel besides
     the rung's own (a 16-bit loss or grad_loss is never converted on the host)."""
-    predictions, targets = cuda_inputs(problem, shape=(128, 4096), dtype=dtype)
+    predictions, *targets = cuda_inputs(problem, shape=(128, 4096), dtype=dtype)
     rung_ops = ops.OPS[(problem, variant)]
     grad_loss = torch.tensor(0.5, device="cuda", dtype=dtype)
     if rung_ops.forward_grad is not None:
-        kernels, memsets = gpu_activity(lambda: rung_ops.forward_grad_kernel(predictions, targets))
-        assert len(kernels) == FORWARD_GRAD_KERNELS[problem] and memsets == 0, (kernels, memsets)
-        _, grad = rung_ops.forward_grad_kernel(predictions, targets)
+        kernels, memsets = gpu_activity(lambda: rung_ops.forward_grad_kernel(predictions, *targets))
+        assert len(kernels) == FORWARD_GRAD_KERNELS.get(problem, 1) and memsets == 0, (kernels, memsets)
+        _, grad = rung_ops.forward_grad_kernel(predictions, *targets)
         kernels, _ = gpu_activity(lambda: rung_ops.scale_kernel(grad, grad_loss))
     else:
-        kernels, memsets = gpu_activity(lambda: rung_ops.forward_kernel(predictions, targets))
+        kernels, memsets = gpu_activity(lambda: rung_ops.forward_kernel(predictions, *targets))
         assert len(kernels) == 1 and memsets == 0, (kernels, memsets)
-        out = rung_ops.forward_kernel(predictions, targets)
+        out = rung_ops.forward_kernel(predictions, *targets)
         state = out[1:] if isinstance(out, tuple) else ()
-        kernels, _ = gpu_activity(lambda: rung_ops.backward_kernel(predictions, targets, *state, grad_loss))
+        kernels, _ = gpu_activity(lambda: rung_ops.backward_kernel(predictions, *targets, *state, grad_loss))
     assert len(kernels) == 1, kernels
 
 
@@ -372,12 +374,12 @@ def _last_block_cases(problem):
 def test_last_block_gives_the_reference_bitwise_the_same_every_run(problem, variant):
     spec = problems.get(problem)
     loss_fn = losslab.variant(problem, variant)
-    for case, (predictions, targets) in _last_block_cases(problem).items():
-        losses = [loss_fn(predictions, targets) for _ in range(3)]
+    for case, (predictions, *targets) in _last_block_cases(problem).items():
+        losses = [loss_fn(predictions, *targets) for _ in range(3)]
         leaf = predictions.clone().requires_grad_(True)
         # fused: the forward that writes the gradient, its own kernels (each row's log-sum-exp
         # by a block where the inference forward uses a warp): repeatable, but another order
-        trained = [loss_fn(leaf, targets).detach() for _ in range(2)]
+        trained = [loss_fn(leaf, *targets).detach() for _ in range(2)]
         for runs in (losses, trained):
             for loss in runs:
                 assert torch.equal(loss.nan_to_num(), runs[0].nan_to_num()), f"{case}: runs differ"
@@ -385,7 +387,7 @@ def test_last_block_gives_the_reference_bitwise_the_same_every_run(problem, vari
         if case == "a target out of range":
             assert losses[0].isnan(), f"{case}: {losses[0].item()}, expected NaN"
             continue
-        loss64 = spec.reference_float64(predictions, targets)[0]
+        loss64 = spec.reference_float64(predictions, *targets)[0]
         if loss64.isnan():  # every target ignored: 0 / 0
             assert losses[0].isnan(), f"{case}: {losses[0].item()} where PyTorch gives NaN"
         else:

@@ -7,7 +7,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from losslab import problems
 from losslab.measure import peers
+
+KL_DIV, CROSS_ENTROPY = problems.get("kl_div"), problems.get("cross_entropy")
 
 
 @pytest.fixture
@@ -39,24 +42,24 @@ def test_check_peer_names_accepts_every_peer_and_names_the_unknown():
 
 def test_quack_not_importable_is_left_out_with_its_reason(monkeypatch, no_gpu):
     monkeypatch.setitem(sys.modules, "quack", None)  # `from quack import ...` raises ImportError
-    assert peers.quack_peer("cross_entropy") == (None, peers.QUACK_NOT_INSTALLED)
-    assert peers.missing_peers("cross_entropy", ("eager", "quack")) == {"quack": peers.QUACK_NOT_INSTALLED}
-    assert list(peers.peer_implementations("cross_entropy", ("eager", "quack"))) == ["eager"]
+    assert peers.quack_peer(CROSS_ENTROPY) == (None, peers.QUACK_NOT_INSTALLED)
+    assert peers.missing_peers(CROSS_ENTROPY, ("eager", "quack")) == {"quack": peers.QUACK_NOT_INSTALLED}
+    assert list(peers.peer_implementations(CROSS_ENTROPY, ("eager", "quack"))) == ["eager"]
 
 
 def test_quack_has_no_kl_div_and_needs_sm_90(monkeypatch, fake_quack):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (8, 0))
-    assert peers.missing_peers("kl_div", ["quack"]) == {"quack": "quack-kernels has no kl_div (of the losses here "
+    assert peers.missing_peers(KL_DIV, ["quack"]) == {"quack": "quack-kernels has no kl_div (of the losses here "
                                                                   "it has cross_entropy only)"}
-    fn, why = peers.quack_peer("cross_entropy")
+    fn, why = peers.quack_peer(CROSS_ENTROPY)
     assert fn is None and "needs sm_90+" in why and "sm_80" in why
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
-    assert peers.missing_peers("cross_entropy", ["quack"]) == {}
+    assert peers.missing_peers(CROSS_ENTROPY, ["quack"]) == {}
 
 
 def test_the_quack_peer_is_the_mean_over_the_targets_not_ignored(no_gpu, fake_quack):
-    fn = peers.peer_implementations("cross_entropy", ("quack",))["quack"]
+    fn = peers.peer_implementations(CROSS_ENTROPY, ("quack",))["quack"]
     x = torch.randn(6, 10, dtype=torch.float64, requires_grad=True)
     t = torch.tensor([1, -100, 3, 9, -100, 0])
     loss = fn(x, t)

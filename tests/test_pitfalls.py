@@ -24,10 +24,10 @@ KEYS = [p.key for p in pitfalls.PITFALLS]
 def test_each_pitfall_is_one_file_or_one_wrapper_of_a_known_problem():
     assert len(set(KEYS)) == len(KEYS)
     for p in pitfalls.PITFALLS:
-        problems.get(p.problem)
+        assert p.problem in problems.registered()
         assert (p.source is None) == p.host
     files = {path.relative_to(pitfalls.SOURCES).with_suffix("").as_posix() for path in pitfalls.SOURCES.rglob("*.cu")}
-    assert files == {f"{p.problem}/{p.key}" for p in pitfalls.PITFALLS if not p.host}  # no file left unlisted
+    assert files == {f"{p.problem.name}/{p.key}" for p in pitfalls.PITFALLS if not p.host}  # no file left unlisted
 
 
 @pytest.mark.parametrize("key", KEYS)
@@ -35,7 +35,7 @@ def test_wrong_line_is_marked(key):
     p = pitfalls.get(key)
     assert "PITFALL" in pitfalls.source_lines(key)
     if not p.host:
-        assert p.source.exists() and f"{p.problem}_custom_forward(" in p.source.read_text()
+        assert p.source.exists() and f"{p.problem.name}_custom_forward(" in p.source.read_text()
     assert p.title in pitfalls.describe(key).plain
 
 
@@ -95,7 +95,7 @@ def fixture_record(device="Fixture GPU", date="2000-01-01T00:00:00+00:00") -> di
     (tmp folders only: never written under reports/)."""
     check = {"problem": "kl_div", "variant": "x", "case": "random 128x4096 float32", "shape": [128, 4096],
              "direction": "forward", "error": 0.5, "tolerance": 1e-5, "passed": False, "detail": "", "seed": 0}
-    outcomes = {key: {"key": key, "problem": pitfalls.get(key).problem, "checks": [check], "failed": 1,
+    outcomes = {key: {"key": key, "problem": pitfalls.get(key).problem.name, "checks": [check], "failed": 1,
                       "worst_forward_error": 0.5, "first_failure": "forward random 128x4096: error 0.5",
                       "probe": None} for key in KEYS}
     outcomes["atomic_add"]["probe"] = {"shape": [4096, 4096], "runs": 20, "distinct_losses": 3, "min": 1.0,

@@ -24,7 +24,12 @@ from losslab.measure.bench import flag_physical_floor
 from losslab.present import charts, evidence, ladder, machine_code, results, tables
 from losslab.present import html as present_html
 
+KL_DIV, CROSS_ENTROPY = problems.get("kl_div"), problems.get("cross_entropy")
+
 H200 = "NVIDIA H200"  # a device with datasheet figures, so the physical floor applies
+# (problem, device) of every committed section, newest device first: a loss not yet measured on a device has none
+RECORDED = [(problem, r.device) for r in records.load_records(records.RESULTS_DIR) for problem in problems.names()
+            if problem in r.sections]
 
 
 @pytest.fixture
@@ -36,7 +41,7 @@ def section(make_section):
 def with_rows(section: records.Section, rows) -> records.Section:
     """``section`` holding ``rows`` instead, each flagged against its device's physical floor (as a
     record read from a file is)."""
-    return dataclasses.replace(section, rows=[flag_physical_floor(r, section.device) for r in rows])
+    return dataclasses.replace(section, rows=[flag_physical_floor(r, section.device, section.spec) for r in rows])
 
 
 def below_floor_section(make_section, device: str = H200):
@@ -50,8 +55,8 @@ def below_floor_section(make_section, device: str = H200):
 # --- results: loading and banners ------------------------------------------------------------------
 
 def test_no_record_gives_none_and_names_the_folder_looked_in(results_dir):
-    assert results.load_results("kl_div", live=False, results_dir=results_dir) is None
-    text = results.banner(None, "kl_div", results_dir=results_dir).plain
+    assert results.load_results(KL_DIV, live=False, results_dir=results_dir) is None
+    text = results.banner(None, KL_DIV, results_dir=results_dir).plain
     assert "No recorded results for kl_div" in text and results.shown_path(results_dir) in text
     assert "reports/results" not in text  # today's main said it looked there whatever the folder
     for render in (tables.check_table, tables.timing_table, charts.bandwidth_chart, tables.measured_floor):
@@ -59,57 +64,57 @@ def test_no_record_gives_none_and_names_the_folder_looked_in(results_dir):
 
 
 def test_a_device_without_a_record_names_the_devices_that_have_one(recorded_dir):
-    assert results.load_results("kl_div", device="NVIDIA B200", live=False, results_dir=recorded_dir) is None
-    text = results.banner(None, "kl_div", device="NVIDIA B200", results_dir=recorded_dir).plain
+    assert results.load_results(KL_DIV, device="NVIDIA B200", live=False, results_dir=recorded_dir) is None
+    text = results.banner(None, KL_DIV, device="NVIDIA B200", results_dir=recorded_dir).plain
     assert "on NVIDIA B200" in text and "records there: Fixture GPU" in text
 
 
 def test_load_recorded(recorded_dir):
-    section = results.load_results("kl_div", live=False, results_dir=recorded_dir)
+    section = results.load_results(KL_DIV, live=False, results_dir=recorded_dir)
     assert isinstance(section, records.Section)
     assert section.source == "recorded" and section.problem == "kl_div" and section.device == "Fixture GPU"
     # a device by its file-name slug; an unknown device has no record
-    assert results.load_results("kl_div", device="fixture-gpu", live=False, results_dir=recorded_dir)
-    assert results.load_results("kl_div", device="Other GPU", live=False, results_dir=recorded_dir) is None
+    assert results.load_results(KL_DIV, device="fixture-gpu", live=False, results_dir=recorded_dir)
+    assert results.load_results(KL_DIV, device="Other GPU", live=False, results_dir=recorded_dir) is None
 
 
 def test_load_recorded_keeps_the_variants_asked_for(recorded_dir):
-    section = results.load_results("kl_div", variants=["vectorized"], live=False, results_dir=recorded_dir)
+    section = results.load_results(KL_DIV, variants=["vectorized"], live=False, results_dir=recorded_dir)
     assert {r.implementation for r in section.rows} == {"vectorized", "eager", "compile"}
     assert {c.variant for c in section.checks} == {"vectorized"}
 
 
 def test_load_rejects_unknown_names():
     with pytest.raises(ValueError, match="size"):
-        results.load_results("kl_div", size="huge", live=False)
+        results.load_results(KL_DIV, size="huge", live=False)
     with pytest.raises(ValueError, match="variant"):
-        results.load_results("kl_div", variants=["fastest"], live=False)
+        results.load_results(KL_DIV, variants=["fastest"], live=False)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error raised without a GPU")
 def test_live_without_gpu_says_why():
     with pytest.raises(RuntimeError, match="needs a CUDA GPU"):
-        results.load_results("kl_div", live=True)
+        results.load_results(KL_DIV, live=True)
 
 
 def test_banner_states_source_device_date_versions_and_freshness(make_section):
     fresh = make_section()
-    text = results.banner(fresh, "kl_div").plain
+    text = results.banner(fresh, KL_DIV).plain
     assert text.startswith("RECORDED results") and "Fixture GPU" in text and "2000-01-01 00:00 UTC" in text
     assert "torch fixture, CUDA fixture" in text and "matches the sources now" in text and "NOT" not in text
     stale = make_section(fresh=False)
-    assert "does NOT match the sources now" in results.banner(stale, "kl_div").plain
+    assert "does NOT match the sources now" in results.banner(stale, KL_DIV).plain
     live = dataclasses.replace(fresh, source="live")
-    assert results.banner(live, "kl_div").plain.startswith("LIVE results")
+    assert results.banner(live, KL_DIV).plain.startswith("LIVE results")
     # what the banner states travels in the output's metadata, where the report reads it
-    _, metadata = results.banner(fresh, "kl_div")._repr_mimebundle_()
+    _, metadata = results.banner(fresh, KL_DIV)._repr_mimebundle_()
     assert metadata[results.METADATA_KEY]["fresh"] is True
     assert metadata[results.METADATA_KEY]["dates"] == ["2000-01-01T00:00:00+00:00"]
 
 
 def test_banner_notes_a_size_the_record_was_not_taken_at(section):
-    assert "applies to live runs only" in results.banner(section, "kl_div", "small").plain
-    assert "applies to live runs only" not in results.banner(section, "kl_div", "seed").plain
+    assert "applies to live runs only" in results.banner(section, KL_DIV, "small").plain
+    assert "applies to live runs only" not in results.banner(section, KL_DIV, "seed").plain
 
 
 def test_rows_of_several_runs_name_each_date(section):
@@ -117,7 +122,7 @@ def test_rows_of_several_runs_name_each_date(section):
     later = [dataclasses.replace(r, date="2000-02-02T12:00:00+00:00") if r.implementation == "vectorized" else r
              for r in section.rows]
     mixed = dataclasses.replace(section, rows=later)
-    text = results.banner(mixed, "kl_div").plain
+    text = results.banner(mixed, KL_DIV).plain
     assert "2 runs from 2000-01-01 00:00 UTC to 2000-02-02 12:00 UTC" in text
     table = tables.timing_table(mixed)
     assert "<th" in table and ">measured</th>" in table and "2000-02-02 12:00 UTC" in table
@@ -132,10 +137,10 @@ def test_records_of_two_devices_are_shown_apart(results_dir, make_section):
     records.save_section("kl_div", dataclasses.replace(b, rows=[dataclasses.replace(r, date=later) for r in b.rows],
                                                        checks=[dataclasses.replace(c, date=later) for c in b.checks]),
                          results_dir)
-    a = results.load_results("kl_div", device="GPU A", live=False, results_dir=results_dir)
-    newest = results.load_results("kl_div", live=False, results_dir=results_dir)
-    assert a.device == "GPU A" and "GPU A" in results.banner(a, "kl_div").plain
-    assert newest.device == "GPU B" and "2001-01-01" in results.banner(newest, "kl_div").plain
+    a = results.load_results(KL_DIV, device="GPU A", live=False, results_dir=results_dir)
+    newest = results.load_results(KL_DIV, live=False, results_dir=results_dir)
+    assert a.device == "GPU A" and "GPU A" in results.banner(a, KL_DIV).plain
+    assert newest.device == "GPU B" and "2001-01-01" in results.banner(newest, KL_DIV).plain
     listed = tables.records_table(results_dir)
     assert "GPU A" in listed and "GPU B" in listed and "2001-01-01 00:00 UTC" in listed
 
@@ -144,9 +149,9 @@ def test_records_of_two_devices_are_shown_apart(results_dir, make_section):
 
 @pytest.mark.parametrize("left,right", [("naive", "shared_memory"), ("warp_shuffle", "vectorized")])
 def test_side_by_side_shows_both_sources_escaped(left, right):
-    page = ladder.side_by_side("kl_div", left, right)
+    page = ladder.side_by_side(KL_DIV, left, right)
     for variant in (left, right):
-        source = ladder.kernel_source("kl_div", variant)
+        source = ladder.kernel_source(KL_DIV, variant)
         assert f"kernels/kl_div/ladder/{variant}.cu" in page  # the teaching rung the lesson reads
         assert html.escape(source.splitlines()[0]) in page  # the header comment names the rung
     assert '#include "' not in page and "#include &quot;" in page
@@ -155,23 +160,23 @@ def test_side_by_side_shows_both_sources_escaped(left, right):
 
 def test_side_by_side_rejects_unknown_variant():
     with pytest.raises(ValueError, match="variant"):
-        ladder.side_by_side("kl_div", "naive", "magic")
+        ladder.side_by_side(KL_DIV, "naive", "magic")
 
 
 @pytest.mark.parametrize("problem,variant", [(p, v) for p in problems.names() for v in problems.get(p).variants])
 def test_every_rung_opens_with_what_it_fixes(problem, variant):
-    assert len(ladder.rung_header(problem, variant)) > 40
-    assert ladder.rung_header(problem, variant) in ladder.ladder_summary(problem).plain
+    assert len(ladder.rung_header(problems.get(problem), variant)) > 40
+    assert ladder.rung_header(problems.get(problem), variant) in ladder.ladder_summary(problems.get(problem)).plain
 
 
 # --- tables ---------------------------------------------------------------------------------------------
 
 def test_cost_table_counts_the_bytes():
     """Forward at the seed size reads 2 x 16384 x 16384 x 4 bytes = 2 GiB; bf16 half of it."""
-    table = tables.cost_table("kl_div", (16384, 16384))
+    table = tables.cost_table(KL_DIV, (16384, 16384))
     assert "2.00 GiB" in table and "ms at 1 TB/s" in table
-    assert "1.00 GiB" in tables.cost_table("kl_div", (16384, 16384), dtype="bfloat16")
-    measured = tables.cost_table("kl_div", (16384, 16384), {"read": 1000.0, "copy": 900.0}, measured_on="GPU X")
+    assert "1.00 GiB" in tables.cost_table(KL_DIV, (16384, 16384), dtype="bfloat16")
+    measured = tables.cost_table(KL_DIV, (16384, 16384), {"read": 1000.0, "copy": 900.0}, measured_on="GPU X")
     assert "floor ms" in measured and "read 1000 GB/s" in measured and "measured on GPU X" in measured
 
 
@@ -179,9 +184,9 @@ def test_floor_is_bytes_over_bandwidth():
     bandwidth = {"read": 1000.0, "copy": 500.0}
     shape = (16384, 16384)
     forward = problems.get("kl_div").cost(shape, "forward").bytes
-    assert tables.floor_ms("kl_div", shape, "forward", bandwidth) == pytest.approx(forward / 1e12 * 1e3)
+    assert tables.floor_ms(KL_DIV, shape, "forward", bandwidth) == pytest.approx(forward / 1e12 * 1e3)
     backward = problems.get("kl_div").cost(shape, "backward").bytes
-    assert tables.floor_ms("kl_div", shape, "backward", bandwidth) == pytest.approx(backward / 5e11 * 1e3)
+    assert tables.floor_ms(KL_DIV, shape, "backward", bandwidth) == pytest.approx(backward / 5e11 * 1e3)
 
 
 def test_check_table_marks_failures(section):
@@ -257,12 +262,12 @@ def test_a_recorded_time_below_the_floor_is_flagged_where_it_is_shown():
     0.181 ms for 1.07 GB on the H100) is flagged in the timing table and the bandwidth chart."""
     from losslab import records
 
-    flagged = [(problem, device) for device in records.devices() for problem in problems.names()
+    flagged = [(problem, device) for problem, device in RECORDED
                if any(r.below_floor for r in records.latest_section(problem, device).rows)]
     if not flagged:
         pytest.skip("no committed record holds a time below the physical floor")
     for problem, device in flagged:
-        section = results.load_results(problem, device=device, live=False)
+        section = results.load_results(problems.get(problem), device=device, live=False)
         table = tables.timing_table(section)
         assert "below the physical floor" in table, (problem, device)
         assert "below the physical floor" in charts.bandwidth_chart(section)._suptitle.get_text(), (problem, device)
@@ -386,7 +391,7 @@ def test_coalescing_figure_counts_lines_and_sectors():
 
 def test_rung_diff_shows_the_teaching_rungs_changed_lines():
     """The lesson's diff is of the teaching rungs (kernels/<loss>/ladder/): the idea and nothing else."""
-    text = ladder.rung_diff("kl_div", "shared_memory", "warp_shuffle").plain
+    text = ladder.rung_diff(KL_DIV, "shared_memory", "warp_shuffle").plain
     assert text.startswith("--- kernels/kl_div/ladder/shared_memory.cu\n+++ kernels/kl_div/ladder/warp_shuffle.cu")
     added = [line for line in text.splitlines() if line.startswith("+") and not line.startswith("+++")]
     removed = [line for line in text.splitlines() if line.startswith("-") and not line.startswith("---")]
@@ -400,7 +405,7 @@ def test_rung_diff_shows_the_teaching_rungs_changed_lines():
     ("cross_entropy", "fused", ["lse_add", "block_reduce_logsumexp", "block_reduce_sum"]),
 ])
 def test_the_diff_to_the_operator_counts_its_lines_and_inlines_its_helpers(problem, rung, helpers):
-    text = ladder.rung_diff(problem, rung, rung, to_operator=True).plain
+    text = ladder.rung_diff(problems.get(problem), rung, rung, to_operator=True).plain
     head, first = text.splitlines()[:2]
     assert re.fullmatch(r"\d+ lines added, \d+ removed", head) and int(head.split()[0]) > 40
     assert first == f"--- kernels/{problem}/ladder/{rung}.cu"
@@ -423,13 +428,11 @@ def committed(problem: str) -> records.Section:
     return records.latest_section(problem, records.devices()[0])  # devices(): newest record first
 
 
-@pytest.mark.parametrize("problem", problems.names())
-@pytest.mark.parametrize("device", records.devices())
+@pytest.mark.parametrize("problem, device", RECORDED)
 def test_every_claim_the_notebooks_make_holds_on_every_committed_record(problem, device):
     found = evidence.claims(records.latest_section(problem, device).taught())  # the ladder 01 and 02 show
-    assert {c.key for c in found} >= {"naive_parallelism", "naive_dram_minimum", "shuffle_flat", "scalar_saturates",
-                                      "vector_flat",
-                                      "vector_pays", "mufu_headroom", "above_roof_below_datasheet"}
+    # the generic claims of every ladder and what the loss's claims.py declares, no more
+    assert {c.key for c in found} == evidence.claim_keys(problems.get(problem)) >= set(evidence.GENERIC)
     failing = [html.unescape(c.statement) for c in found if c.holds is False]
     assert not failing, failing
     # everything the record can answer without the per-rung counters is answered
@@ -442,8 +445,8 @@ def test_the_vectorized_step_the_prose_quotes_per_device_is_the_recorded_one(not
     """The step is rendered from every record by a code cell (issue 26: no number typed in prose)."""
     cells = json.loads((ROOT / "notebooks" / f"{notebook}.ipynb").read_text())["cells"]
     code = " ".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
-    assert f'evidence.step_on_devices(problem, rungs[2], rungs[3], "{direction}", results_dir)' in code
-    shown = evidence.step_on_devices(problem, "warp_shuffle", "vectorized", direction).data
+    assert f'evidence.step_on_devices(spec, rungs[2], rungs[3], "{direction}", results_dir)' in code
+    shown = evidence.step_on_devices(problems.get(problem), "warp_shuffle", "vectorized", direction).data
     for device in records.devices():
         found = evidence.step(records.latest_section(problem, device).taught().view(), "warp_shuffle", "vectorized",
                               direction)
@@ -451,7 +454,7 @@ def test_the_vectorized_step_the_prose_quotes_per_device_is_the_recorded_one(not
 
 
 def _doctored(problem: str, implementation: str, direction: str, factor: float) -> records.Section:
-    section = committed(problem).view()
+    section = committed(problem).taught().view()
     rows = [dataclasses.replace(r, median_ms=r.median_ms * factor)
             if (r.implementation, r.direction) == (implementation, direction) else r for r in section.rows]
     return dataclasses.replace(section, rows=rows)
@@ -464,10 +467,32 @@ def _doctored(problem: str, implementation: str, direction: str, factor: float) 
     ("kl_div", "warp_shuffle", "forward", 2.0, "scalar_saturates"),
     ("kl_div", "vectorized", "forward", 4.0, "mufu_headroom"),
     ("cross_entropy", "warp_shuffle", "forward", 0.7, "shuffle_flat"),
+    ("mse_loss", "vectorized", "backward", 2.0, "vector_pays"),  # the losses whose rung table is not their ladder
+    ("smooth_l1_loss", "vectorized", "forward", 0.5, "vector_flat"),
+    ("hinge_loss", "vectorized", "forward", 1.2, "vector_pays"),
+    ("triplet_margin_loss", "vectorized", "forward", 1e-4, "mufu_headroom"),  # the MUFU roof it declares far
 ])
 def test_a_claim_fails_when_the_data_parts_from_it(problem, implementation, direction, factor, key):
     claim = next(c for c in evidence.claims(_doctored(problem, implementation, direction, factor)) if c.key == key)
     assert claim.holds is False, claim.statement
+
+
+def test_the_taught_view_follows_the_teaching_ladder_not_the_rung_table():
+    """mse_loss's operators are two rungs (vectorized, fused), its teaching ladder five: the taught
+    view's steps, predictions, counters and claims follow the ladder; the operators' view has no
+    ladder to make claims of, and says so."""
+    spec = problems.get("mse_loss")
+    section = records.latest_section(spec, H200)
+    taught = section.taught()
+    assert tuple(spec.variants) != taught.ladder == ladder.taught_rungs(spec)
+    assert section.ladder == tuple(spec.variants) and taught.view().ladder == taught.ladder
+    assert [(s.lower, s.upper) for s in evidence.steps(taught) if s.direction == "forward"] == list(
+        zip(taught.ladder, taught.ladder[1:], strict=False))
+    assert list(evidence.predict(taught)) == list(taught.ladder)
+    assert "naive" in evidence.counters_table(taught).plain
+    assert "mufu_headroom" not in {c.key for c in evidence.claims(taught)}  # no transcendental: nothing declared
+    with pytest.raises(ValueError, match="section.taught()"):
+        evidence.claims(section)
 
 
 def test_naive_parallelism_is_computed_from_the_launch_and_the_sm_count():
@@ -517,7 +542,7 @@ def test_counters_not_recorded_say_so_and_how_to_record_them():
 
 def test_prediction_defaults_to_the_cost_model_and_is_scored():
     section = committed("kl_div")
-    floor = tables.floor_ms("kl_div", (16384, 16384), "forward", results.bandwidth_gbps(section))
+    floor = tables.floor_ms(KL_DIV, (16384, 16384), "forward", results.bandwidth_gbps(section))
     assert evidence.predict(section) == dict.fromkeys(problems.get("kl_div").variants, floor)
     mine = evidence.predict(section, {"naive": 4.4}, "forward")
     assert mine["naive"] == 4.4 and mine["vectorized"] == floor
@@ -642,7 +667,7 @@ def test_the_cluster_claims_hold_on_the_committed_record(device):
 
 @pytest.mark.compile
 def test_sass_shows_what_each_rung_changes():
-    code = {r: {k.direction: k for k in machine_code.rung_code("kl_div", r) if k.direction != "other"}
+    code = {r: {k.direction: k for k in machine_code.rung_code(KL_DIV, r) if k.direction != "other"}
             for r in problems.get("kl_div").variants[:4]}
     naive, shared, shuffle, vector = (code[r]["forward"] for r in problems.get("kl_div").variants[:4])
     # the compiler already unrolled warp_shuffle's scalar loop into four independent loads per tensor
@@ -653,7 +678,7 @@ def test_sass_shows_what_each_rung_changes():
     assert all(k.registers > 0 and k.spill_bytes == 0 for k in (naive, shared, shuffle, vector))
     # the backward: one element per thread before, a 16-byte pack after
     assert code["vectorized"]["backward"].count("LDG 16 B") > 0 == code["warp_shuffle"]["backward"].count("LDG 16 B")
-    assert "registers / thread" in str(machine_code.sass_table("kl_div", ["naive"]))
+    assert "registers / thread" in str(machine_code.sass_table(KL_DIV, ["naive"]))
 
 
 def test_sass_without_nvcc_says_so(monkeypatch, tmp_path):
@@ -663,9 +688,9 @@ def test_sass_without_nvcc_says_so(monkeypatch, tmp_path):
         raise machine_code.BuildError("nvcc not found")
 
     monkeypatch.setattr(machine_code, "_compile", missing)
-    assert machine_code.rung_code("kl_div", "naive") is None
-    assert "nvcc (or cuobjdump) is missing" in str(machine_code.sass_table("kl_div", ["naive"]))
-    assert "nvcc (or cuobjdump) is missing" in str(machine_code.sass_lines("kl_div", "naive"))
+    assert machine_code.rung_code(KL_DIV, "naive") is None
+    assert "nvcc (or cuobjdump) is missing" in str(machine_code.sass_table(KL_DIV, ["naive"]))
+    assert "nvcc (or cuobjdump) is missing" in str(machine_code.sass_lines(KL_DIV, "naive"))
 
 
 FAKE_KERNELS = [machine_code.KernelCode("k", "forward", 32, 0, ("LDG.E R1, desc[UR4][R2.64]",))]
@@ -683,21 +708,21 @@ def sass_cache(monkeypatch, tmp_path):
 
 def test_a_truncated_sass_cache_entry_is_compiled_again(sass_cache, tmp_path):
     """It broke notebooks 01 and 02 with a bare JSONDecodeError on every run."""
-    assert machine_code.rung_code("kl_div", "naive") == FAKE_KERNELS and len(sass_cache) == 1
+    assert machine_code.rung_code(KL_DIV, "naive") == FAKE_KERNELS and len(sass_cache) == 1
     (entry,) = (tmp_path / "sass").rglob("*.json")
     entry.write_text(entry.read_text()[:20])
-    assert machine_code.rung_code("kl_div", "naive") == FAKE_KERNELS and len(sass_cache) == 2
+    assert machine_code.rung_code(KL_DIV, "naive") == FAKE_KERNELS and len(sass_cache) == 2
     assert json.loads(entry.read_text())[0]["registers"] == 32  # replaced by a whole entry
     entry.write_text('[{"name": "k"}]')  # valid JSON, not an entry
-    assert machine_code.rung_code("kl_div", "naive") == FAKE_KERNELS and len(sass_cache) == 3
+    assert machine_code.rung_code(KL_DIV, "naive") == FAKE_KERNELS and len(sass_cache) == 3
 
 
 def test_the_sass_cache_is_keyed_by_the_compiler(sass_cache, monkeypatch):
-    machine_code.rung_code("kl_div", "naive")
-    machine_code.rung_code("kl_div", "naive")
+    machine_code.rung_code(KL_DIV, "naive")
+    machine_code.rung_code(KL_DIV, "naive")
     assert len(sass_cache) == 1
     monkeypatch.setattr(machine_code, "compiler_key", lambda: "nvcc-with-G")  # another nvcc, or a wrapper
-    machine_code.rung_code("kl_div", "naive")
+    machine_code.rung_code(KL_DIV, "naive")
     assert len(sass_cache) == 2
 
 
@@ -709,7 +734,7 @@ def test_a_sass_cache_write_that_fails_halfway_leaves_no_truncated_entry(sass_ca
 
     monkeypatch.setattr(machine_code.json, "dump", half_then_full)
     monkeypatch.setattr(machine_code, "_warned", set())
-    assert machine_code.rung_code("kl_div", "naive") == FAKE_KERNELS
+    assert machine_code.rung_code(KL_DIV, "naive") == FAKE_KERNELS
     assert not [p for p in (tmp_path / "sass").rglob("*") if p.is_file()]
 
 
@@ -720,15 +745,15 @@ def test_an_unwritable_sass_cache_costs_the_cache_not_the_table(monkeypatch, tmp
     monkeypatch.setattr(machine_code, "compiler_key", lambda: "nvcc-a")
     monkeypatch.setattr(machine_code, "_compile", lambda *args: list(FAKE_KERNELS))
     monkeypatch.setattr(machine_code, "_warned", set())
-    assert machine_code.rung_code("kl_div", "naive") == FAKE_KERNELS
-    assert machine_code.rung_code("kl_div", "vectorized") == FAKE_KERNELS
+    assert machine_code.rung_code(KL_DIV, "naive") == FAKE_KERNELS
+    assert machine_code.rung_code(KL_DIV, "vectorized") == FAKE_KERNELS
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"the SASS cache folder {blocker} cannot be written" in err and "TMPDIR" in err
 
 
 @pytest.mark.compile
 def test_cluster_machine_code_shows_the_instructions_of_its_idea():
-    shown = evidence.cluster_machine_code("cross_entropy")
+    shown = evidence.cluster_machine_code(CROSS_ENTROPY)
     counts = {line.split()[0]: int(line.split()[1]) for line in shown.plain.splitlines()}
     assert list(counts) == [op for op, _, _ in evidence.CLUSTER_SASS] and all(counts.values()), counts
     assert "UBLKCP.S.G [UR" in shown.plain and "float32 forward kernel, SASS for sm_90" in shown
@@ -741,4 +766,4 @@ def test_cluster_machine_code_without_nvcc_says_so(monkeypatch):
         raise build.BuildError("nvcc not found")
 
     monkeypatch.setattr(build, "compile_cubin", missing)
-    assert "nvcc (or cuobjdump) is missing" in evidence.cluster_machine_code("cross_entropy").plain
+    assert "nvcc (or cuobjdump) is missing" in evidence.cluster_machine_code(CROSS_ENTROPY).plain

@@ -55,20 +55,23 @@ def test_sizes_include_seed_and_odd_shapes(problem):
 @pytest.mark.parametrize("problem, variant", losslab.all_variants())
 def test_cpu_tensors_are_rejected_before_any_launch(problem, variant):
     inputs = problems.get(problem).make_inputs((4, 8), seed=0, device="cpu")
-    with pytest.raises(ValueError, match=r"predictions: expected a CUDA tensor"):
+    with pytest.raises(ValueError, match=rf"{problems.get(problem).input_names[0]}: expected a CUDA tensor"):
         losslab.variant(problem, variant)(*inputs)
 
 
 @pytest.mark.parametrize("problem", PROBLEMS)
 def test_wrong_predictions_are_named_in_the_error(problem):
-    op = losslab.variant(problem, "naive")
-    predictions, *others = problems.get(problem).make_inputs((4, 8), seed=0, device="cpu")
+    spec = problems.get(problem)
+    op = losslab.variant(problem, spec.variants[0])
+    first, second = spec.input_names[:2]  # predictions and targets, or anchor and positive
+    predictions, *others = spec.make_inputs((4, 8), seed=0, device="cpu")
     cases = [
-        (predictions.double(), TypeError, r"predictions: .*dtype torch.float32.*, got torch.float64"),
-        (predictions[0], ValueError, r"predictions: expected 2 dimensions, got shape \(8,\)"),
-        (predictions[:, :0], ValueError, r"predictions: expected a non-empty tensor"),
-        (predictions.tolist(), TypeError, r"predictions: expected a torch.Tensor, got list"),
-        (predictions[:3], ValueError, r"targets: expected"),  # rows no longer match targets
+        (predictions.double(), TypeError, rf"{first}: .*dtype torch.float32.*, got torch.float64"),
+        (predictions[0], ValueError, rf"{first}: expected 2 dimensions, got shape \(8,\)"),
+        (predictions[:, :0], ValueError, rf"{first}: expected a non-empty tensor"),
+        (predictions.tolist(), TypeError, rf"{first}: expected a torch.Tensor, got list"),
+        # rows and columns no longer match the second input (one or the other ties them, whichever the loss)
+        (predictions[:3, :7], ValueError, rf"{second}: expected"),
     ]
     for bad, error, message in cases:
         with pytest.raises(error, match=message):
@@ -89,10 +92,11 @@ def test_16_bit_inputs_pass_the_dtype_check_exactly_where_the_rung_table_says(pr
     the device check); any other rung refuses it naming the dtypes it takes."""
     spec = problems.get(problem)
     inputs = [x.to(dtype) if x.is_floating_point() else x for x in spec.make_inputs((4, 8), seed=0, device="cpu")]
+    first = spec.input_names[0]
     if dtype in spec.dtypes(variant):
-        expected = (ValueError, r"predictions: expected a CUDA tensor")
+        expected = (ValueError, rf"{first}: expected a CUDA tensor")
     else:
-        expected = (TypeError, rf"predictions: {problem} {variant} takes dtype torch\.float32, got {dtype}")
+        expected = (TypeError, rf"{first}: {problem} {variant} takes dtype torch\.float32, got {dtype}")
     with pytest.raises(expected[0], match=expected[1]):
         losslab.variant(problem, variant)(*inputs)
 
@@ -144,10 +148,12 @@ def test_cluster_tops_cross_entropy_only_and_falls_back_to_fused():
     assert cluster.forward_launcher(needs_grad=False) == ("vectorized_forward", False)
 
 
-def test_problems_load_without_importlib():
-    """problems.get is a plain dict lookup (torch.compile traces through it)."""
+def test_problems_look_up_without_importlib():
+    """problems.get and names are plain dict lookups (torch.compile traces through them); the
+    registry imports the packages once, when losslab.problems is imported."""
     import ast
     import inspect
 
-    tree = ast.parse(inspect.getsource(problems))
-    assert not [n for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id == "importlib"]
+    for function in (problems.get, problems.names):
+        tree = ast.parse(inspect.getsource(function))
+        assert not [n for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id == "importlib"], function

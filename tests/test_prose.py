@@ -15,7 +15,6 @@ import inspect
 import re
 from pathlib import Path
 
-import nbformat
 import pytest
 
 from losslab import problems, records
@@ -23,6 +22,8 @@ from losslab.build import ROOT
 from losslab.measure import timing
 from losslab.present import evidence, listings, machine_code
 from losslab.teach import pitfalls
+
+nbformat = pytest.importorskip("nbformat", reason="the prose tests read notebooks (pip install -r requirements.txt)")
 
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 README = ROOT / "README.md"
@@ -237,8 +238,8 @@ def test_3_the_sass_beside_02s_backward_text_is_the_backward():
     text = next(c.source for c in cells if c.source.startswith("**warp_shuffle → vectorized.**"))
     assert "backward SASS after the diff" in plain(text)
     calls = re.findall(r"listings\.listing\([^)]*\)", " ".join(after(cells, "**warp_shuffle → vectorized.**")))
-    assert calls == ['listings.listing(problem, rungs[2], "backward", arch)',
-                     'listings.listing(problem, rungs[3], "backward", arch)'], calls
+    assert calls == ['listings.listing(spec, rungs[2], "backward", arch)',
+                     'listings.listing(spec, rungs[3], "backward", arch)'], calls
 
 
 def fixture_kernels(rung: str) -> list[machine_code.KernelCode]:
@@ -253,10 +254,10 @@ def fixture_kernels(rung: str) -> list[machine_code.KernelCode]:
 
 def test_4_the_listing_is_the_rungs_own_kernel_uncut_and_the_offsets_are_read_from_it(monkeypatch):
     monkeypatch.setattr(machine_code, "rung_code", lambda problem, rung, arch="sm_90": fixture_kernels(rung))
-    shown = listings.listing("kl_div", "vectorized", "forward").plain
+    shown = listings.listing(problems.get("kl_div"), "vectorized", "forward").plain
     assert shown.startswith("// kl_div_vectorized_forward_kernel") and "options" not in shown
     assert shown.count("LDG.E") == 20, "every line shown, none cut"
-    sentence = listings.unrolled_loads("kl_div", "warp_shuffle", "forward").data
+    sentence = listings.unrolled_loads(problems.get("kl_div"), "warp_shuffle", "forward").data
     assert "`-0x800`, `-0x400`, `+0x0`, `+0x400`" in sentence and "0x400 = 1024 bytes apart" in sentence
     for name in ("01_kl_div", "02_cross_entropy"):
         typed = [m for c in markdown_cells(notebook(name)) for m in re.findall(r"0x[0-9a-f]{3,}", c)]
@@ -319,7 +320,7 @@ def test_8_a_determinism_probe_with_nan_losses_states_no_nan_range():
 
 def readme_workshop_times() -> dict[str, tuple[str, str]]:
     """notebook -> (live time, headless time) from the README's workshop table."""
-    rows = re.findall(r"^\| (0\d_\w+) \|[^|]*\| ([^|]*) \| ([^|]*) \|$", README.read_text(), flags=re.M)
+    rows = re.findall(r"^\| (\d\d_\w+) \|[^|]*\| ([^|]*) \| ([^|]*) \|$", README.read_text(), flags=re.M)
     return {name: (live.strip(), headless.strip()) for name, live, headless in rows}
 
 

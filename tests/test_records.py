@@ -85,6 +85,17 @@ def test_an_edit_of_any_measured_source_makes_a_record_stale(tmp_path, what):
     assert not section.is_fresh(root), f"editing {what} ({path.relative_to(root)}) left the record fresh"
 
 
+def test_what_the_notebooks_claim_is_no_measured_source(tmp_path):
+    """A loss's claims.py states what its records should show (checked on each record); editing it
+    changes no measurement, so the record stays fresh (and its claims are checked anew)."""
+    root = _copy_repository(tmp_path)
+    section = records.Section("kl_div", "Fixture GPU", rows=[replace(_row(), sources_sha256=records.sources_sha256(
+        "kl_div", root))])
+    claims = root / "losslab/problems/kl_div/claims.py"
+    claims.write_text(claims.read_text() + "\n# an edit\n")
+    assert section.is_fresh(root)
+
+
 def test_compiler_flags_are_hashed(monkeypatch):
     before = records.sources_sha256("kl_div")
     monkeypatch.setattr(build, "NVCC_FLAGS", ("-O0", "-std=c++17"))
@@ -144,9 +155,9 @@ def test_recorded_rows_below_the_physical_floor_are_flagged_and_none_is_a_lossla
     (Liger's cross_entropy backward, whose gradient its forward computed, has been), and no rung
     of the ladder is ever below it: its times are real work."""
     checked = 0
-    for device in records.devices():
-        for problem in problems.names():
-            for row in records.latest_section(problem, device).rows:
+    for record in records.load_records():  # each device's record: the losses measured there
+        for section in record.sections.values():
+            for row in section.rows:
                 if row.floor_ms is None:
                     continue
                 checked += 1

@@ -45,7 +45,7 @@ def retimed(section: records.Section, implementation: str = "", direction: str =
     read from a file is."""
     rows = [dataclasses.replace(r, **values) if not implementation or (r.implementation, r.direction) ==
             (implementation, direction) else r for r in section.rows]
-    return dataclasses.replace(section, rows=[flag_physical_floor(r, section.device) for r in rows])
+    return dataclasses.replace(section, rows=[flag_physical_floor(r, section.device, section.spec) for r in rows])
 
 
 # --- cpu tier: cost model -------------------------------------------------------------------
@@ -125,7 +125,7 @@ def test_the_title_names_device_date_and_versions_and_one_device_only():
 
 
 def test_model_only_plot_draws_without_any_record():
-    fig = roofline.plot_model_only(["kl_div"])
+    fig = roofline.plot_model_only([problems.get("kl_div")])
     assert "nothing measured" in fig.axes[0].get_title()
 
 

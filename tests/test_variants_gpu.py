@@ -23,12 +23,12 @@ def assert_passed(results):
 
 @pytest.mark.parametrize("problem, variant, size, dtype", SIZED)
 def test_matches_float64_reference(problem, variant, size, dtype):
-    assert_passed(check.check_variant(problem, variant, problems.get(problem).sizes[size], dtype=dtype))
+    assert_passed(check.check_variant(problems.get(problem), variant, problems.get(problem).sizes[size], dtype=dtype))
 
 
 @pytest.mark.parametrize("problem, variant", losslab.all_variants())
 def test_edge_cases_match_pytorch(problem, variant):
-    assert_passed(check.check_edge_cases(problem, variant))
+    assert_passed(check.check_edge_cases(problems.get(problem), variant))
 
 
 @pytest.mark.parametrize("problem, variant", losslab.all_variants())

@@ -166,12 +166,13 @@ def load_extension(problem: str, verbose: bool = False, defines: tuple[tuple[str
     return build(name, what, sources(problem), flags, verbose)
 
 
-def build(name: str, what: str, files: list[Path], flags: list[str] = (), verbose: bool = False):
+def build(name: str, what: str, files: list[Path], flags: list[str] = (), verbose: bool = False,
+          include: list[Path] = ()):
     """Build (if needed) and import the extension ``name`` from ``files`` with losslab's flags
-    (:data:`NVCC_FLAGS` and ``flags``, ``kernels/`` on the include path), cached by
+    (:data:`NVCC_FLAGS` and ``flags``, ``kernels/`` and ``include`` on the include path), cached by
     ``torch.utils.cpp_extension`` under $TORCH_EXTENSIONS_DIR. ``what`` names it in messages
-    ("the kl_div kernels"). What :func:`load_extension` and the teaching ladder's
-    ``load_ladder`` share.
+    ("the kl_div kernels"). What :func:`load_extension`, the teaching ladder's ``load_ladder`` and
+    the linear cross-entropy's ``load`` share.
 
     Raises:
         BuildError: torch has no CUDA support, nvcc is missing, the build folder cannot be
@@ -193,7 +194,7 @@ def build(name: str, what: str, files: list[Path], flags: list[str] = (), verbos
         return cpp_extension.load(
             name=name,
             sources=[str(f) for f in files],
-            extra_include_paths=[str(KERNELS)],
+            extra_include_paths=[str(KERNELS), *map(str, include)],
             extra_cflags=["-O2"],
             extra_cuda_cflags=[*NVCC_FLAGS, *flags],
             verbose=verbose,

@@ -148,7 +148,7 @@ class Session:
         self.prepared: tuple | None = None
 
     def inputs(self, seed: int, kind: str = "random") -> tuple:
-        return draw(self.config["problem"], self.shape, seed, kind, self.device, self.dtype)
+        return draw(self.spec, self.shape, seed, kind, self.device, self.dtype)
 
     def call(self, stage: str, fn: Callable, *args):
         """Run the solution's code ``fn(*args)`` (its output captured); its exceptions become a Stop."""

@@ -64,19 +64,18 @@ def output_file(json_path: str | os.PathLike, argument: str = "json_path") -> Pa
     return path
 
 
-def check_arguments(problem: str, size: str | tuple[int, int], dtype: str, trials: int, repeats: int,
+def check_arguments(problem: problems.Problem, size: str | tuple[int, int], dtype: str, trials: int, repeats: int,
                     timeout_s: float, device: str, min_speedup: float | None = None) -> tuple[int, int]:
     """Validate the options of :func:`evaluate`; returns the shape (rows, columns).
 
     Raises:
         ValueError: naming the first bad argument and what was expected.
     """
-    spec = problems.get(problem)
     if isinstance(size, str):
-        if size not in spec.sizes:
-            raise ValueError(f"size: {problem} has no size {size!r}; expected one of {', '.join(spec.sizes)} "
+        if size not in problem.sizes:
+            raise ValueError(f"size: {problem.name} has no size {size!r}; expected one of {', '.join(problem.sizes)} "
                              "or (rows, columns)")
-        shape = tuple(spec.sizes[size])
+        shape = tuple(problem.sizes[size])
     else:
         try:
             shape = tuple(int(n) for n in size)
@@ -99,7 +98,7 @@ def check_arguments(problem: str, size: str | tuple[int, int], dtype: str, trial
 
 
 
-def conclude(verdict: Verdict, stderr: str, returncode: int | None, timeout_s: float,
+def conclude(verdict: Verdict, problem: problems.Problem, stderr: str, returncode: int | None, timeout_s: float,
              min_speedup: float | None) -> Verdict:
     """Settle ``verdict``: a timeout (``returncode`` None), a child that ended before the
     evaluation did (status still "running"), or the timing rules."""
@@ -115,7 +114,7 @@ def conclude(verdict: Verdict, stderr: str, returncode: int | None, timeout_s: f
                            + (f": {last[:300]}" if last else ""))
         verdict.detail = stderr[-4000:]
     elif verdict.status == "passed" and verdict.timing and "solution_ms" in verdict.timing:
-        floor = speed_of_light(verdict.problem, verdict.shape, verdict.dtype, verdict.device)
+        floor = speed_of_light(problem, verdict.shape, verdict.dtype, verdict.device)
         if floor is not None:
             verdict.timing["floor_ms"] = floor.ms
         judged = judge_timing(verdict.timing, floor, min_speedup)
@@ -127,9 +126,10 @@ def conclude(verdict: Verdict, stderr: str, returncode: int | None, timeout_s: f
     return verdict
 
 
-def evaluate(solution_path: str | os.PathLike, problem: str, *, size: str | tuple[int, int] = "seed",
-             dtype: str = "float32", trials: int = 5, repeats: int = 20, seed: int | None = None,
-             timeout_s: float = 600.0, compare_compile: bool = True, min_speedup: float | None = None,
+def evaluate(solution_path: str | os.PathLike, problem: problems.Problem | str, *,
+             size: str | tuple[int, int] = "seed", dtype: str = "float32", trials: int = 5, repeats: int = 20,
+             seed: int | None = None, timeout_s: float = 600.0, compare_compile: bool = True,
+             min_speedup: float | None = None,
              build_dir: str | os.PathLike | None = None, device: str = "cuda",
              json_path: str | os.PathLike | None = None, timed: bool = True) -> Verdict:
     """Judge ``solution_path``'s ``ModelNew`` against ``problem``'s reference, in a child process.
@@ -193,7 +193,7 @@ def evaluate(solution_path: str | os.PathLike, problem: str, *, size: str | tupl
     Args:
         solution_path: a Python file defining ``class ModelNew(nn.Module)`` whose forward takes
             the reference's inputs (e.g. predictions (B, D), targets (B, D) for kl_div).
-        problem: a problem name (``python -m losslab list``).
+        problem: a Problem, or its name (``python -m losslab list``; looked up here).
         size: a size name of the problem (default "seed", KernelBench's) or (rows, columns).
         dtype: the floating inputs' dtype name: "float32", "bfloat16" or "float16".
         trials: correctness trials, each on random and structured inputs from one seed.
@@ -222,10 +222,11 @@ def evaluate(solution_path: str | os.PathLike, problem: str, *, size: str | tupl
             directory or not writable; unknown problem, size, dtype or device; trials/repeats
             < 1; timeout_s <= 0; min_speedup not a positive number.
     """
+    problem = problems.get(problem)
     path = solution_file(solution_path)
     out = output_file(json_path) if json_path is not None else None
     shape = check_arguments(problem, size, dtype, trials, repeats, timeout_s, device, min_speedup)
-    fields = dict(problem=problem, solution=path.name, shape=shape, dtype=dtype)
+    fields = dict(problem=problem.name, solution=path.name, shape=shape, dtype=dtype)
     if device == "cuda" and not torch.cuda.is_available():
         verdict = Verdict("no_gpu", **fields, message=f"no CUDA GPU is visible here (torch {torch.__version__}, "
                           f"CUDA build: {torch.version.cuda or 'no'}); nothing was run")
@@ -244,7 +245,7 @@ def evaluate(solution_path: str | os.PathLike, problem: str, *, size: str | tupl
             except Exception as err:  # noqa: BLE001 - the parent's own failure
                 evaluator_error(result, err, "while timing eager and torch.compile")
         fields["seconds"] = time.monotonic() - start
-        verdict = conclude(Verdict.from_child(result, **fields), stderr, returncode, timeout_s, min_speedup)
+        verdict = conclude(Verdict.from_child(result, **fields), problem, stderr, returncode, timeout_s, min_speedup)
     if out is not None:
         out.write_text(json.dumps(verdict.as_dict(), indent=1))
     return verdict

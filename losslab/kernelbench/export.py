@@ -61,33 +61,32 @@ def inline_includes(path: Path, seen: set[Path] | None = None) -> str:
     return "\n".join(lines)
 
 
-def kernel_files(problem: str, variant: str) -> list[Path]:
+def kernel_files(problem: problems.Problem, variant: str) -> list[Path]:
     """The ``.cu`` files one rung needs: its own, that of the rung it falls back to (if
     any), the problem's files that are not a rung (stages such as
     ``cross_entropy/valid_mean.cu``) and ``kernels/common/*.cu``.
 
     Raises:
-        ValueError: unknown problem or variant.
+        ValueError: unknown variant.
     """
-    spec = problems.get(problem)
-    rung = spec.rung(variant)
+    rung = problem.rung(variant)
     rungs = [variant] + ([rung.falls_back_to] if rung.falls_back_to else [])
-    stages = [p for p in sorted((KERNELS / problem).glob("*.cu")) if p.stem not in spec.variants]
-    return [*(KERNELS / problem / f"{r}.cu" for r in rungs), *stages, *sorted((KERNELS / "common").glob("*.cu"))]
+    stages = [p for p in sorted((KERNELS / problem.name).glob("*.cu")) if p.stem not in problem.variants]
+    return [*(KERNELS / problem.name / f"{r}.cu" for r in rungs), *stages, *sorted((KERNELS / "common").glob("*.cu"))]
 
 
-def cuda_source(problem: str, variant: str) -> str:
+def cuda_source(problem: problems.Problem, variant: str) -> str:
     """One CUDA translation unit holding the rung's kernels and launchers, free of local includes."""
     seen: set[Path] = set()
     return "\n\n".join(inline_includes(path, seen) for path in kernel_files(problem, variant))
 
 
-def binding_source(problem: str, variant: str) -> str:
+def binding_source(problem: problems.Problem, variant: str) -> str:
     """The package's binding of ``problem`` (``csrc/<problem>.cpp`` with ``bind.h`` and the
     launchers' declarations inlined), binding the launchers of ``variant`` only."""
-    problems.get(problem).check_variant_name(variant)
+    problem.check_variant_name(variant)
     return (f"// the one rung this solution links\n#define BOUND_RUNGS(X) X({variant})\n\n"
-            + inline_includes(CSRC / f"{problem}.cpp"))
+            + inline_includes(CSRC / f"{problem.name}.cpp"))
 
 
 def _raw(text: str) -> str:
@@ -104,6 +103,20 @@ def _after_imports(path: Path) -> str:
     last = max((node.end_lineno for node in body if isinstance(node, (ast.Import, ast.ImportFrom, ast.Expr))
                 and (not isinstance(node, ast.Expr) or node is body[0])), default=0)
     return "\n".join(text.splitlines()[last:]).strip() + "\n"
+
+
+def _with_imports_of(path: Path, text: str) -> str:
+    """``text`` (the template) with the top-level imports of the Python file ``path`` that it lacks (e.g.
+    ``torch.nn.functional as F``, ``torch.distributions.Pareto``): ``import`` lines after ``import torch.nn
+    as nn``, ``from`` lines before ``from torch.utils.cpp_extension``, in the order isort keeps."""
+    lines = path.read_text().splitlines()
+    found = [node for node in ast.parse(path.read_text()).body if isinstance(node, (ast.Import, ast.ImportFrom))]
+    missing = ["\n".join(lines[node.lineno - 1:node.end_lineno]) + "\n" for node in found]
+    missing = [line for line in missing if line not in text]
+    plain = "".join(sorted(line for line in missing if line.startswith("import ")))
+    froms = "".join(sorted(line for line in missing if line.startswith("from ")))
+    text = text.replace("import torch.nn as nn\n", "import torch.nn as nn\n" + plain, 1)
+    return text.replace("from torch.utils.cpp_extension", froms + "from torch.utils.cpp_extension", 1)
 
 
 def _owner(name: str, scopes: list) -> tuple[object, object] | None:
@@ -124,14 +137,14 @@ def _owner(name: str, scopes: list) -> tuple[object, object] | None:
     return constant
 
 
-def host_code(problem: str) -> str:
+def host_code(problem: problems.Problem) -> str:
     """Python source of the host functions the template calls (:data:`HOST_FUNCTIONS` of the
     problem's module) and every function and constant of the problem's module,
     :mod:`losslab.problems.launch` and :mod:`losslab.validation` they use, each once.
     Constants are copied as their module writes them, not as their values are now: a cache
     such as ``launch._STREAM_SCRATCH`` starts empty in the solution, whatever this process
     has put in it."""
-    scopes = [problems.get(problem).host, launch, validation]
+    scopes = [problem.host, launch, validation]
     found: dict[str, tuple[object, object]] = {}
     constants: dict[str, tuple[int, int, str]] = {}  # name -> (scope, line, its assignment's source)
     todo = list(HOST_FUNCTIONS)
@@ -176,7 +189,7 @@ def _replace_block(text: str, block: str, replacement: str) -> str:
     return text[:start] + replacement.rstrip() + "\n" + text[end + len(f"# <<< {block}"):]
 
 
-def export_solution(problem: str, variant: str) -> str:
+def export_solution(problem: problems.Problem, variant: str) -> str:
     """The text of a single-file KernelBench solution for one rung: the template
     (``solution_template.py``) with its lines marked ``# export:`` and its blocks between
     ``# >>>`` and ``# <<<`` replaced, so that the solution needs torch and nvcc only:
@@ -200,18 +213,17 @@ def export_solution(problem: str, variant: str) -> str:
     ``get_init_inputs``; nothing is compiled until ``ModelNew()`` is constructed.
 
     Raises:
-        ValueError: unknown problem or variant (ExportError, a ValueError, if a source
+        ValueError: unknown variant (ExportError, a ValueError, if a source
             cannot be inlined).
     """
-    spec = problems.get(problem)
-    rung = spec.rung(variant)
-    reference = problems.get(problem).kernelbench_file
+    rung, name = problem.rung(variant), problem.name
+    reference = problem.kernelbench_file
     if not reference.is_file():
-        raise ExportError(f"problem: no KernelBench file for {problem!r} (expected {reference})")
+        raise ExportError(f"problem: no KernelBench file for {name!r} (expected {reference})")
     values = {
-        "PROBLEM": repr(problem), "RUNG": repr(variant), "WRITES_GRAD_IN_FORWARD": repr(rung.writes_grad_in_forward),
+        "PROBLEM": repr(name), "RUNG": repr(variant), "WRITES_GRAD_IN_FORWARD": repr(rung.writes_grad_in_forward),
         "DTYPES": "(" + ", ".join(str(d) for d in rung.dtypes) + ",)",
-        "EXTENSION_NAME": repr(f"losslab_solution_{problem}_{variant}"),
+        "EXTENSION_NAME": repr(f"losslab_solution_{name}_{variant}"),
         "CUDA_SOURCE": _raw(cuda_source(problem, variant)), "CPP_SOURCE": _raw(binding_source(problem, variant)),
     }
     text = TEMPLATE.read_text()
@@ -221,10 +233,10 @@ def export_solution(problem: str, variant: str) -> str:
     if rung.writes_grad_in_forward:
         note += (f"\nThe {variant} rung writes the gradient in its forward even without autograd: "
                  f"for inference, export `{rung.inference or 'vectorized'}`.\n")
-    text = (f'"""{problem} ({variant} kernels): a single-file KernelBench solution exported by losslab.\n'
-            + note.replace("PROBLEM RUNG", f"{problem} {variant}").replace("PROBLEM", problem) + rest[docstring_end:])
+    text = (f'"""{name} ({variant} kernels): a single-file KernelBench solution exported by losslab.\n'
+            + note.replace("PROBLEM RUNG", f"{name} {variant}").replace("PROBLEM", name) + rest[docstring_end:])
     text = _replace_block(text, "reference", f"# ---- the KernelBench problem ----\n\n\n{_after_imports(reference)}")
     text = _replace_block(text, "host", f"\n\n# ---- host code, from losslab ----\n\n{host_code(problem)}\n")
-    text = text.replace("import torch.nn as nn\n", "import torch.nn as nn\nimport torch.nn.functional as F\n", 1)
+    text = _with_imports_of(reference, text)
     text = PLACEHOLDER.sub(lambda m: f"{m['name']} = {values[m['name']]}", text)
     return re.sub(r"\n{4,}(?=\S)", "\n\n\n", text)  # at most two blank lines between blocks

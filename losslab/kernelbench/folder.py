@@ -59,9 +59,9 @@ def fast_p(results: Sequence[tuple[bool, float | None]], p: float) -> float | No
     return fast / len(results)
 
 
-def kernelbench_name(problem: str) -> str | None:
+def kernelbench_name(problem: problems.Problem) -> str | None:
     """KernelBench's name of ``problem`` ("98_KLDivLoss"), from the docstring of its KernelBench file."""
-    path = problems.get(problem).kernelbench_file
+    path = problem.kernelbench_file
     doc = ast.get_docstring(ast.parse(path.read_text())) if path.is_file() else None
     found = re.search(r"\b\d+_[A-Za-z]\w*", doc or "")
     return found.group(0) if found else None
@@ -86,8 +86,8 @@ def detect_problem(path: Path) -> str:
         return named[0]
     found = set(_assigned_problem(text)) & set(names)
     if not found:
-        found = {name for name in names if (kernelbench_name(name) or "\0") in text + path.name
-                 or path.stem == name or path.stem.startswith(name + "_")}
+        found = {p.name for p in problems.registered() if (kernelbench_name(p) or "\0") in text + path.name
+                 or path.stem == p.name or path.stem.startswith(p.name + "_")}
     if len(found) != 1:
         which = f"it could be {' or '.join(sorted(found))}" if found else "it names none"
         raise ValueError(f"answer {path.name}: cannot tell its problem ({which}); add a line '# problem: NAME', "
@@ -272,13 +272,15 @@ def evaluate_folder(folder: str | os.PathLike, problem: str | None = None, probl
     if unknown:
         raise TypeError(f"options: evaluate_folder passes no {', '.join(unknown)} to evaluate")
     settings = {**{k: p.default for k, p in parameters.items() if p.default is not p.empty}, **options}
-    for name in {name for _, name in found}:
-        check_arguments(name, settings["size"], settings["dtype"], settings["trials"], settings["repeats"],
+    specs = {name: problems.get(name) for _, name in found}  # answers() checked each name
+    for spec in specs.values():
+        check_arguments(spec, settings["size"], settings["dtype"], settings["trials"], settings["repeats"],
                         settings["timeout_s"], device, settings["min_speedup"])
     with tempfile.TemporaryDirectory(prefix="losslab-evaluate-folder-") as tmp:
         def grade(index: int, timed: bool) -> Verdict:
             path, name = found[index]
-            verdict = evaluate(path, name, device=device, timed=timed, build_dir=Path(tmp) / str(index), **options)
+            verdict = evaluate(path, specs[name], device=device, timed=timed, build_dir=Path(tmp) / str(index),
+                               **options)
             if progress is not None:
                 later = not timed and verdict.passed and device == "cuda"
                 progress(f"{path.name}: {verdict.status}" + (" (correct; timed later, one at a time)" if later else ""))

@@ -18,18 +18,17 @@ KINDS = ("random", "structured")
 HEAVY_EVERY = problems.HEAVY_EVERY  # about one row in this many carries most of a structured input's loss
 
 
-def make(problem: str, shape: tuple[int, int], seed: int, kind: str, device: str | torch.device,
+def make(problem: problems.Problem, shape: tuple[int, int], seed: int, kind: str, device: str | torch.device,
          dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
     """The inputs of ``problem`` at ``shape`` drawn from ``seed``: ``kind`` "random" (the
     problem's own, ``Problem.make_inputs``) or "structured" (``Problem.structured_inputs``).
 
     Raises:
-        ValueError: an unknown kind or problem.
+        ValueError: an unknown kind.
         NotImplementedError: a problem without structured inputs.
     """
-    spec = problems.get(problem)
     if kind == "random":
-        return spec.make_inputs(tuple(shape), seed=seed, device=device, dtype=dtype)
+        return problem.make_inputs(tuple(shape), seed=seed, device=device, dtype=dtype)
     if kind != "structured":
         raise ValueError(f"kind: expected one of {', '.join(KINDS)}, got {kind!r}")
-    return spec.structured_inputs(tuple(shape), seed=seed, device=device, dtype=dtype)
+    return problem.structured_inputs(tuple(shape), seed=seed, device=device, dtype=dtype)

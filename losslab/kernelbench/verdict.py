@@ -117,18 +117,16 @@ def tolerance(dtype: torch.dtype, n: int, condition: float = 1.0) -> float:
         unit_roundoff(torch.float32)
 
 
-def condition_number(problem: str, inputs64: tuple) -> float:
+def condition_number(problem: problems.Problem, inputs64: tuple) -> float:
     """The condition number of ``problem``'s loss at ``inputs64`` (the inputs, floating ones in
     float64): sum (|a_i| + |b_i|) / |sum (a_i - b_i)|, where the loss sums terms a_i - b_i
     that a kernel computes from larger numbers (see :func:`tolerance`; each loss's terms:
     ``Problem.condition_parts``). 1 for a problem without them, or where the sum is 0 (the
     relative error is then an absolute one). A few elementwise passes over the inputs, as cheap
     as the float64 reference."""
-    if problem not in problems.names():
-        return 1.0
     try:
         with torch.no_grad():
-            magnitude, total = problems.get(problem).condition_parts(*inputs64)
+            magnitude, total = problem.condition_parts(*inputs64)
     except NotImplementedError:
         return 1.0
     magnitude, total = magnitude.item(), abs(total.item())
@@ -175,12 +173,12 @@ def why_they_differ(trials: list[dict], dtype: str, n: int) -> str:
             f"this answer is within {compared[0]['tolerance']:.2g}")
 
 
-def speed_of_light(problem: str, shape: tuple[int, int], dtype: str, device: str) -> PhysicalFloor | None:
+def speed_of_light(problem: problems.Problem, shape: tuple[int, int], dtype: str, device: str) -> PhysicalFloor | None:
     """The physical floor of ``problem``'s forward at ``shape`` and ``dtype`` (a name such as
     "bfloat16") on ``device`` (a CUDA device name): its minimum bytes at the datasheet's peak
     bandwidth, in ms (no kernel that reads its inputs from device memory is faster); None for a
     device without datasheet figures."""
-    nbytes = problems.get(problem).cost(tuple(shape), "forward", getattr(torch, dtype)).bytes
+    nbytes = problem.cost(tuple(shape), "forward", getattr(torch, dtype)).bytes
     return physical_floor(nbytes, device)
 
 

@@ -28,8 +28,7 @@ __all__ = ["PEERS", "SWEEP_SHAPES", "SWEEP_DIRECTIONS", "BenchRow", "Skipped", "
            "sweep_table_text"]
 
 # The sweep: each problem from launch-bound (128 rows) to LLM-sized rows, the seed size among them.
-SWEEP_SHAPES: dict[str, tuple[tuple[int, int], ...]] = {name: problems.get(name).sweep_shapes
-                                                         for name in problems.names()}
+SWEEP_SHAPES: dict[str, tuple[tuple[int, int], ...]] = {p.name: p.sweep_shapes for p in problems.registered()}
 SWEEP_DIRECTIONS = ("forward", "forward_backward")
 SERIAL_COLUMNS = 16384  # naive walks a row in one thread: above this many columns a call takes many ms
 SERIAL_US_PER_COLUMN = 0.27  # about naive's time per column at the seed sizes (kl_div, two inputs; H200)
@@ -114,42 +113,41 @@ class Skipped:
                    data.get("date", ""))
 
 
-def hopeless_reason(problem: str, variant: str, shape: tuple[int, int]) -> str | None:
+def hopeless_reason(problem: problems.Problem, variant: str, shape: tuple[int, int]) -> str | None:
     """Why timing ``variant`` at ``shape`` in a sweep would be wasted GPU time, or None.
 
     The ladder's first rung walks each row in one thread, so its time grows with the row's
     length whatever the number of rows: above :data:`SERIAL_COLUMNS` columns a call takes many
     milliseconds and teaches nothing the seed size does not.
     """
-    spec = problems.get(problem)
-    if variant in spec.variants[:1] and shape[1] > SERIAL_COLUMNS:
+    if variant in problem.variants[:1] and shape[1] > SERIAL_COLUMNS:
         estimate = shape[1] * SERIAL_US_PER_COLUMN / 1e3
         return (f"one thread walks each row of {shape[1]} columns (about {estimate:.0f} ms a call at the seed "
                 f"sizes' rate); the sweep leaves it out above {SERIAL_COLUMNS} columns")
     return None
 
 
-def sweep_memory_bytes(problem: str, shape: tuple[int, int], dtype: torch.dtype) -> int:
+def sweep_memory_bytes(problem: problems.Problem, shape: tuple[int, int], dtype: torch.dtype) -> int:
     """Device memory a sweep point needs, about: the inputs four times over (the inputs, each
     implementation's copy, its gradient, a peer's intermediates), the float64 reference (its
     inputs, gradient and intermediate), and the L2 flush buffer."""
-    spec = problems.get(problem)
     elements = shape[0] * shape[1]
-    floats = sum(1 for x in spec.make_inputs((1, 8), seed=0, device="cpu", dtype=dtype) if x.is_floating_point())
-    inputs = spec.cost(shape, "forward", dtype).bytes_read
+    floats = sum(1 for x in problem.make_inputs((1, 8), seed=0, device="cpu", dtype=dtype) if x.is_floating_point())
+    inputs = problem.cost(shape, "forward", dtype).bytes_read
     return 4 * inputs + 8 * elements * (floats + 2) + FLUSH_BYTES
 
 
-def sweep_repeats(problem: str, shape: tuple[int, int], dtype: torch.dtype, repeats: int = 20) -> int:
+def sweep_repeats(problem: problems.Problem, shape: tuple[int, int], dtype: torch.dtype, repeats: int = 20) -> int:
     """Timed calls per measurement at ``shape``: ``repeats`` up to 1.5 GiB of forward+backward
     traffic, half that (at least 5) above: large calls vary less and cost more."""
-    nbytes = problems.get(problem).cost(shape, "forward_backward", dtype).bytes
+    nbytes = problem.cost(shape, "forward_backward", dtype).bytes
     return repeats if nbytes <= 1.5 * 2**30 else max(5, repeats // 2)
 
 
-def flag_physical_floor(row: BenchRow, device: str) -> BenchRow:
-    """Set ``row``'s ``floor_ms``, ``below_floor`` and ``floor_note`` for ``device`` (in place; returns it)."""
-    cost = problems.get(row.problem).cost(tuple(row.shape), row.direction, getattr(torch, row.dtype))
+def flag_physical_floor(row: BenchRow, device: str, problem: problems.Problem) -> BenchRow:
+    """Set ``row``'s ``floor_ms``, ``below_floor`` and ``floor_note`` for ``device`` (in place; returns it);
+    ``problem``: the row's."""
+    cost = problem.cost(tuple(row.shape), row.direction, getattr(torch, row.dtype))
     floor = physical_floor(cost.bytes, device)
     row.floor_ms = floor.ms if floor else None
     row.floor_note = floor.verdict(row.median_ms) if floor else ""
@@ -157,7 +155,7 @@ def flag_physical_floor(row: BenchRow, device: str) -> BenchRow:
     return row
 
 
-def implementations(problem: str, variants: list, peers=PEERS) -> dict[str, tuple[str, Callable]]:
+def implementations(problem: problems.Problem, variants: list, peers=PEERS) -> dict[str, tuple[str, Callable]]:
     """name -> (kind, callable with the reference's signature). A variant is a name the records
     give it (a rung's, ``"<rung> [ladder]"``, ``"losslab.nn"``: ``variants.find_variant``) or a callable
     variant object with a ``name`` (e.g. ``losslab.teach.custom.CustomVariant``, ``variants.Variant``);
@@ -187,7 +185,7 @@ def _calls(fn: Callable, predictions: torch.Tensor, others: tuple, grad_loss: to
     }
 
 
-def bench_problem(problem: str, shape: tuple[int, int] | None = None, variants: list | None = None,
+def bench_problem(problem: problems.Problem, shape: tuple[int, int] | None = None, variants: list | None = None,
                   peers: tuple[str, ...] = PEERS, repeats: int = 20, seed: int = 0,
                   bandwidth: dict[str, float] | None = None, progress: bool = True,
                   dtype: torch.dtype = torch.float32,
@@ -211,20 +209,19 @@ def bench_problem(problem: str, shape: tuple[int, int] | None = None, variants: 
             goes, as a :class:`Skipped` with the count, instead of a row (printed too).
     Returns one BenchRow per (implementation, direction), with speedups over the peers.
     """
-    spec = problems.get(problem)
-    shape = tuple(shape or spec.sizes["seed"])
-    variants = [v for v in (spec.variants if variants is None else variants)
-                if dtype in (spec.dtypes(v) if isinstance(v, str) else v.dtypes)]
+    shape = tuple(shape or problem.sizes["seed"])
+    variants = [v for v in (problem.variants if variants is None else variants)
+                if dtype in (problem.dtypes(v) if isinstance(v, str) else v.dtypes)]
     bandwidth = bandwidth or measure_bandwidth()
     device = torch.cuda.get_device_name()
-    inputs = spec.make_inputs(shape, seed=seed, device="cuda", dtype=dtype)
-    reference = spec.reference_float64(*inputs)
+    inputs = problem.make_inputs(shape, seed=seed, device="cuda", dtype=dtype)
+    reference = problem.reference_float64(*inputs)
     grad_loss = torch.tensor(1.0, device="cuda")
     flush = flush_buffer()
     rows, rejected = [], rejected if rejected is not None else []
     for name, (kind, fn) in implementations(problem, variants, peers).items():
         if progress:
-            print(f"  timing {problem} {name} at {shape[0]}x{shape[1]} ...", file=sys.stderr, flush=True)
+            print(f"  timing {problem.name} {name} at {shape[0]}x{shape[1]} ...", file=sys.stderr, flush=True)
         predictions = inputs[0].detach().clone().requires_grad_(True)
         calls = _calls(fn, predictions, inputs[1:], grad_loss)
         try:
@@ -237,10 +234,10 @@ def bench_problem(problem: str, shape: tuple[int, int] | None = None, variants: 
         for direction, (call, setup) in calls.items():
             if direction not in directions:
                 continue
-            rung = spec.rung(name) if name in spec.variants else getattr(fn, "rung", None)
+            rung = problem.rung(name) if name in problem.variants else getattr(fn, "rung", None)
             if direction == "backward" and rung is not None and rung.writes_grad_in_forward:
                 continue
-            cost = spec.cost(shape, direction, dtype)
+            cost = problem.cost(shape, direction, dtype)
             ceiling = bandwidth_kind(cost.bytes_written)
             began = compile_events()
             timing = time_cuda(call, repeats=repeats, flush=flush, setup=setup)
@@ -248,15 +245,15 @@ def bench_problem(problem: str, shape: tuple[int, int] | None = None, variants: 
                 why = (f"torch.compile compiled or broke its graph {timing.compiles_while_timed} time(s) while "
                        f"{direction} was timed: rejected")
                 print(f"  {name} {direction} at {shape[0]}x{shape[1]}: {why}", file=sys.stderr, flush=True)
-                rejected.append(Skipped(problem, shape, str(dtype).removeprefix("torch."), name, why))
+                rejected.append(Skipped(problem.name, shape, str(dtype).removeprefix("torch."), name, why))
                 continue
             gbps = cost.bytes / timing.median_ms / 1e6
-            row = BenchRow(problem, name, kind, direction, shape, str(dtype).removeprefix("torch."),
+            row = BenchRow(problem.name, name, kind, direction, shape, str(dtype).removeprefix("torch."),
                            timing.median_ms, timing.p10_ms, timing.p90_ms, repeats, gbps, ceiling,
                            gbps / bandwidth[ceiling], peak_extra_memory(call, setup), errors[direction],
                            back_to_back_ms=timing.back_to_back_ms, host_ms=timing.host_ms,
                            compiles=compile_events() - began)
-            rows.append(flag_physical_floor(row, device))
+            rows.append(flag_physical_floor(row, device, problem))
     set_speedups(rows)
     return rows
 

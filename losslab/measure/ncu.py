@@ -399,7 +399,7 @@ def rejected_metrics(output: str, metrics: list[str]) -> dict[str, str]:
     return found
 
 
-def _run_ncu(ncu: str, problem: str, shape: tuple[int, int], variants: list[str], peers: tuple[str, ...],
+def _run_ncu(ncu: str, problem: problems.Problem, shape: tuple[int, int], variants: list[str], peers: tuple[str, ...],
              metrics: list[str], timeout_s: float) -> tuple[list[dict], list, str, int | None]:
     """One ncu run of the child: (kernels, labels, ncu's output, exit status or None on timeout)."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -407,7 +407,7 @@ def _run_ncu(ncu: str, problem: str, shape: tuple[int, int], variants: list[str]
         instances = ["--print-metric-instances", "details"] if OPCODES_METRIC in metrics else []
         cmd = [ncu, "--clock-control", "none", "--profile-from-start", "off", "--csv", "--print-units", "base",
                *instances, "--metrics", ",".join(metrics),
-               sys.executable, "-m", "losslab.measure.ncu", problem, "--shape", f"{shape[0]}x{shape[1]}",
+               sys.executable, "-m", "losslab.measure.ncu", problem.name, "--shape", f"{shape[0]}x{shape[1]}",
                "--variants", ",".join(variants), "--peers", ",".join(peers), "--labels", str(labels_path)]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
         try:
@@ -428,7 +428,7 @@ def _unreported(kernels: list[dict], metrics: list[str]) -> dict[str, str]:
     return out
 
 
-def profile_problem(problem: str, shape: tuple[int, int] | None = None, variants: list[str] | None = None,
+def profile_problem(problem: problems.Problem, shape: tuple[int, int] | None = None, variants: list[str] | None = None,
                     peers: tuple[str, ...] = ("eager", "compile"), timeout_s: int = TIMEOUT_S,
                     evidence: bool = True) -> Profile:
     """Profile each implementation of ``problem`` once per direction under Nsight Compute.
@@ -450,8 +450,7 @@ def profile_problem(problem: str, shape: tuple[int, int] | None = None, variants
     Where ``ncu`` is missing, or refuses (no permission for the performance counters:
     ERR_NVGPUCTRPERM; a library it cannot load), ``status`` and ``message`` say so.
     """
-    spec = problems.get(problem)
-    shape = tuple(shape or spec.sizes["seed"])
+    shape = tuple(shape or problem.sizes["seed"])
     variants = list(variants or (v if isinstance(v, str) else v.name for v in recorded_variants(problem)))
     if torch.cuda.is_initialized():
         torch.cuda.empty_cache()  # hand this process's cached blocks back: the child needs the memory
@@ -558,10 +557,10 @@ def _profile_one(name: str, kind: str, fn, inputs: tuple, grad_loss, labels: lis
     torch.cuda.profiler.stop()
 
 
-def _child(problem: str, shape: tuple[int, int], variants: list[str], peers: tuple[str, ...],
+def _child(problem: problems.Problem, shape: tuple[int, int], variants: list[str], peers: tuple[str, ...],
            labels_path: Path) -> None:
     """Run under ncu: one launch per (implementation, direction), each after a marker kernel."""
-    inputs = problems.get(problem).make_inputs(shape, seed=0, device="cuda")
+    inputs = problem.make_inputs(shape, seed=0, device="cuda")
     grad_loss = torch.tensor(1.0, device="cuda")  # as in training and in bench.py
     labels: list[dict | None] = []
     for name, (kind, fn) in implementations(problem, variants, peers).items():
@@ -578,7 +577,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--labels", required=True)
     args = parser.parse_args(argv)
     rows, _, cols = args.shape.partition("x")
-    _child(args.problem, (int(rows), int(cols)), args.variants.split(","),
+    _child(problems.get(args.problem), (int(rows), int(cols)), args.variants.split(","),
            tuple(p for p in args.peers.split(",") if p), Path(args.labels))
 
 

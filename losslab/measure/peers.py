@@ -31,27 +31,26 @@ def check_peer_names(peers) -> tuple[str, ...]:
     return peers
 
 
-def liger_peer(problem: str) -> tuple[Callable | None, str]:
+def liger_peer(problem: problems.Problem) -> tuple[Callable | None, str]:
     """Liger-Kernel's op for ``problem`` (``Problem.liger_op``) with the reference's signature and
     "", or (None, why not): Liger-Kernel not installed, or without that loss."""
     try:
-        return problems.get(problem).liger_op(), ""
+        return problem.liger_op(), ""
     except ImportError:
         return None, "Liger-Kernel not installed"
     except LookupError as err:
         return None, str(err)
 
 
-def quack_peer(problem: str) -> tuple[Callable | None, str]:
+def quack_peer(problem: problems.Problem) -> tuple[Callable | None, str]:
     """quack's op for ``problem`` (``Problem.quack_op``) with the reference's signature and "", or
     (None, why not): quack has no such loss, this GPU is older than sm_90, or quack-kernels with
     the CUDA 13 CuTe-DSL libraries is not installed."""
-    spec = problems.get(problem)
-    if type(spec).quack_op is problems.Problem.quack_op:
-        has = [n for n in problems.names() if type(problems.get(n)).quack_op is not problems.Problem.quack_op]
-        return None, f"quack-kernels has no {problem} (of the losses here it has {', '.join(has) or 'none'} only)"
+    if type(problem).quack_op is problems.Problem.quack_op:
+        has = [p.name for p in problems.registered() if type(p).quack_op is not problems.Problem.quack_op]
+        return None, f"quack-kernels has no {problem.name} (of the losses here it has {', '.join(has) or 'none'} only)"
     try:
-        return spec.quack_op(), ""
+        return problem.quack_op(), ""
     except ImportError:
         return None, QUACK_NOT_INSTALLED
     except LookupError as err:
@@ -61,26 +60,24 @@ def quack_peer(problem: str) -> tuple[Callable | None, str]:
 OPTIONAL_PEERS = {"liger": liger_peer, "quack": quack_peer}
 
 
-def missing_peers(problem: str, peers=PEERS) -> dict[str, str]:
+def missing_peers(problem: problems.Problem, peers=PEERS) -> dict[str, str]:
     """name -> why it is not timed here, for each of ``peers`` that cannot run for ``problem``
     (an optional library not installed, no such op, an older GPU); {} when all can."""
-    problems.get(problem)
     return {name: why for name in check_peer_names(peers) if name in OPTIONAL_PEERS
             and (why := OPTIONAL_PEERS[name](problem)[1])}
 
 
-def peer_implementations(problem: str, peers=PEERS) -> dict[str, Callable]:
+def peer_implementations(problem: problems.Problem, peers=PEERS) -> dict[str, Callable]:
     """name -> callable for each of ``peers`` available here (see :func:`missing_peers` for the others)."""
-    spec = problems.get(problem)
     impls = {}
     for name in check_peer_names(peers):
         if name == "eager":
-            impls[name] = spec.reference
+            impls[name] = problem.reference
         elif name == "compile":
             # compiled for this call's shapes, as a user with fixed shapes gets it: without the reset,
             # dynamo would recompile the reference with dynamic shapes after the first size of a sweep
             torch._dynamo.reset()
-            impls[name] = torch.compile(spec.reference, dynamic=False)
+            impls[name] = torch.compile(problem.reference, dynamic=False)
         elif (fn := OPTIONAL_PEERS[name](problem)[0]) is not None:
             impls[name] = fn
     return impls

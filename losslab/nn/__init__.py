@@ -4,6 +4,17 @@ and options, on the vectorized and fused kernels, and cross_entropy's canonical 
 rung's (see :mod:`losslab.nn.functional`); ``linear_cross_entropy`` / ``LinearCrossEntropyLoss`` from
 :mod:`losslab.linear_cross_entropy`."""
 from losslab.nn import functional
-from losslab.nn.modules import CrossEntropyLoss, KLDivLoss, LinearCrossEntropyLoss
+from losslab.nn.modules import (
+    CosineSimilarity,
+    CrossEntropyLoss,
+    HingeLoss,
+    HuberLoss,
+    KLDivLoss,
+    LinearCrossEntropyLoss,
+    MSELoss,
+    SmoothL1Loss,
+    TripletMarginLoss,
+)
 
-__all__ = ["CrossEntropyLoss", "KLDivLoss", "LinearCrossEntropyLoss", "functional"]
+__all__ = ["CosineSimilarity", "CrossEntropyLoss", "HingeLoss", "HuberLoss", "KLDivLoss", "LinearCrossEntropyLoss",
+           "MSELoss", "SmoothL1Loss", "TripletMarginLoss", "functional"]

@@ -19,8 +19,18 @@ from torch.nn import _reduction
 
 from losslab.linear_cross_entropy import linear_cross_entropy  # noqa: F401  (PyTorch 2.13's, chunked)
 from losslab.nn import operators
+from losslab.problems import cosine_similarity_loss as cs_host
 from losslab.problems import cross_entropy as ce_host
+from losslab.problems import hinge_loss as hinge_host
 from losslab.problems import kl_div as kl_host
+from losslab.problems.cosine_similarity_loss.functional import cosine_similarity, cosine_similarity_loss  # noqa: F401
+from losslab.problems.hinge_loss.functional import hinge_loss  # noqa: F401  (losslab's own: PyTorch has none)
+from losslab.problems.mse_loss.functional import PROBLEM as MSE_PROBLEM  # F.mse_loss (reduction)
+from losslab.problems.mse_loss.functional import mse_loss
+from losslab.problems.smooth_l1_loss.functional import PROBLEM as SMOOTH_L1_PROBLEM  # F.smooth_l1_loss, huber_loss
+from losslab.problems.smooth_l1_loss.functional import huber_loss, smooth_l1_loss  # noqa: F401
+from losslab.problems.triplet_margin_loss.functional import PROBLEM as TRIPLET
+from losslab.problems.triplet_margin_loss.functional import triplet_margin_loss  # noqa: F401  (its package's)
 
 FLOATS = (torch.float32, torch.bfloat16, torch.float16)
 # The rung table: True runs fused (cluster in the canonical case) when a gradient will be
@@ -285,7 +295,12 @@ def on_problem(problem: str) -> Callable[..., torch.Tensor]:
         ValueError: no function here for ``problem``.
     """
     calls = {ce_host.PROBLEM.name: lambda x, t: cross_entropy(x, t),
-             kl_host.PROBLEM.name: lambda p, t: kl_div(torch.log(p), t, reduction="batchmean")}
+             kl_host.PROBLEM.name: lambda p, t: kl_div(torch.log(p), t, reduction="batchmean"),
+             hinge_host.PROBLEM.name: hinge_loss,
+             TRIPLET.name: lambda a, p, n: triplet_margin_loss(a, p, n),
+             cs_host.PROBLEM.name: lambda p, t: cosine_similarity_loss(p, t),
+             MSE_PROBLEM.name: mse_loss,
+             SMOOTH_L1_PROBLEM.name: smooth_l1_loss}
     if problem not in calls:
         raise ValueError(f"problem: losslab.nn.functional has no function for {problem!r}")
     return calls[problem]

@@ -7,6 +7,11 @@ from torch.nn.modules.loss import _Loss, _WeightedLoss
 
 from losslab.linear_cross_entropy import LinearCrossEntropyLoss  # noqa: F401  (PyTorch 2.13's, chunked)
 from losslab.nn import functional
+from losslab.problems.cosine_similarity_loss.modules import CosineSimilarity  # noqa: F401
+from losslab.problems.hinge_loss.functional import HingeLoss  # noqa: F401  (losslab's own: PyTorch has none)
+from losslab.problems.mse_loss.functional import MSELoss  # noqa: F401  (torch.nn.MSELoss)
+from losslab.problems.smooth_l1_loss.functional import HuberLoss, SmoothL1Loss  # noqa: F401  (torch.nn's)
+from losslab.problems.triplet_margin_loss.functional import TripletMarginLoss  # noqa: F401  (its package's)
 
 
 class KLDivLoss(_Loss):

@@ -14,33 +14,42 @@ from losslab.build import KERNELS, knobs, ladder
 from losslab.present.html import Html, table
 
 
-def kernel_path(problem: str, variant: str, *, operator: bool = False) -> Path:
+def kernel_path(problem: problems.Problem, variant: str, *, operator: bool = False) -> Path:
     """The file a notebook shows for rung ``variant``: the teaching rung
     ``kernels/<problem>/ladder/<variant>.cu`` where the problem's ladder has it, else (or with
     ``operator``) the operator's ``kernels/<problem>/<variant>.cu`` (every dtype and option).
 
     Raises:
-        ValueError: unknown problem or variant.
+        ValueError: a variant neither in the teaching ladder nor the operators' rungs.
     """
-    problems.get(problem).check_variant_name(variant)
-    taught = ladder.folder(problem) / f"{variant}.cu"
-    return taught if taught.exists() and not operator else KERNELS / problem / f"{variant}.cu"
+    taught = ladder.folder(problem.name) / f"{variant}.cu"
+    if not operator and variant in taught_rungs(problem) and taught.exists():
+        return taught
+    problem.check_variant_name(variant)
+    return KERNELS / problem.name / f"{variant}.cu"
+
+
+def taught_rungs(problem: problems.Problem) -> tuple[str, ...]:
+    """The rungs the notebooks teach, in order: ``problem``'s teaching ladder (``build.ladder.rungs``)
+    where it has one, else its operators' rungs (``problem.variants``)."""
+    has_ladder = problem.name in ladder.problems_with_ladder()
+    return ladder.rungs(problem.name) if has_ladder else tuple(problem.variants)
 
 
 def _shown(path: Path) -> str:
     return path.relative_to(KERNELS.parent).as_posix()
 
 
-def kernel_source(problem: str, variant: str, *, operator: bool = False) -> str:
+def kernel_source(problem: problems.Problem, variant: str, *, operator: bool = False) -> str:
     """The text of :func:`kernel_path`'s file.
 
     Raises:
-        ValueError: unknown problem or variant.
+        ValueError: unknown variant.
     """
     return kernel_path(problem, variant, operator=operator).read_text()
 
 
-def rung_header(problem: str, variant: str) -> str:
+def rung_header(problem: problems.Problem, variant: str) -> str:
     """The opening ``//`` comment of a rung's .cu file as one paragraph: what the rung does
     and which flaw of the rung below it fixes."""
     lines = []
@@ -51,20 +60,20 @@ def rung_header(problem: str, variant: str) -> str:
     return " ".join(lines)
 
 
-def ladder_summary(problem: str, variants: list[str] | None = None) -> Html:
-    """A table of the rungs, each with its header comment (what it fixes)."""
-    variants = list(variants or problems.get(problem).variants)
+def ladder_summary(problem: problems.Problem, variants: list[str] | None = None) -> Html:
+    """A table of the rungs (default :func:`taught_rungs`), each with its header comment (what it fixes)."""
+    variants = list(variants or taught_rungs(problem))
     body = [[f"<code>{html.escape(v)}</code>", html.escape(rung_header(problem, v))] for v in variants]
     plain = "\n".join(f"{v}: {rung_header(problem, v)}" for v in variants)
     return Html(table(["rung", "what it does, and what it fixes"], body, text_columns=2), plain=plain)
 
 
-def side_by_side(problem: str, left: str, right: str) -> Html:
+def side_by_side(problem: problems.Problem, left: str, right: str) -> Html:
     """The sources of two rungs (e.g. "naive", "shared_memory") as a two-column HTML table,
     escaped and monospaced, each headed by its path (:func:`kernel_path`).
 
     Raises:
-        ValueError: unknown problem or variant.
+        ValueError: unknown variant.
     """
     columns = [(_shown(kernel_path(problem, v)), kernel_source(problem, v)) for v in (left, right)]
     head = "".join(f'<th style="text-align:left">{html.escape(v)}</th>' for v, _ in columns)
@@ -111,7 +120,8 @@ def helper_source(header: str, name: str) -> str:
     return "\n".join(lines[top:end + 1])
 
 
-def rung_diff(problem: str, lower: str, upper: str, context: int = 2, *, to_operator: bool = False) -> Html:
+def rung_diff(problem: problems.Problem, lower: str, upper: str, context: int = 2, *,
+              to_operator: bool = False) -> Html:
     """The lines that change from ``lower`` to ``upper`` (a unified diff of the two kernel files,
     :func:`kernel_path`, ``context`` lines around each change), with each helper of :data:`HELPERS`
     that the added lines call inlined (as ``|`` lines) after the first added line that calls it. The
@@ -121,11 +131,12 @@ def rung_diff(problem: str, lower: str, upper: str, context: int = 2, *, to_oper
     dtype and option add to the top teaching rung.
 
     Raises:
-        ValueError: unknown problem or variant.
+        ValueError: unknown variant.
     """
     lower_path, upper_path = kernel_path(problem, lower), kernel_path(problem, upper, operator=to_operator)
-    renamed = lower_path.read_text().replace(f"{problem}_{lower}_", f"{problem}_{upper}_").replace(
-        knobs.macro_prefix(problem, lower), knobs.macro_prefix(problem, upper))
+    name = problem.name
+    renamed = lower_path.read_text().replace(f"{name}_{lower}_", f"{name}_{upper}_").replace(
+        knobs.macro_prefix(name, lower), knobs.macro_prefix(name, upper))
     a, b = renamed.splitlines(), upper_path.read_text().splitlines()
     out, shown = [], set()
     for line in difflib.unified_diff(a, b, _shown(lower_path), _shown(upper_path), n=context, lineterm=""):

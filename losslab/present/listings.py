@@ -10,6 +10,7 @@ import html
 import math
 import re
 
+from losslab import problems
 from losslab.present import machine_code
 from losslab.present.html import Html, markdown, message
 
@@ -20,7 +21,8 @@ _LOAD = re.compile(r"LDG\S*\s+\S+\s+desc\[\w+\]\[(R\d+)\.64(?:\+(-?0x[0-9a-f]+))
 LOAD_WORDS = {"LDG 4 B": "loads of 4 bytes (`LDG.E`)", "LDG 16 B": "loads of 16 bytes (`LDG.E.128`)"}
 
 
-def own_kernels(problem: str, rung: str, direction: str, arch: str = "sm_90") -> list[machine_code.KernelCode] | None:
+def own_kernels(problem: problems.Problem, rung: str, direction: str,
+                arch: str = "sm_90") -> list[machine_code.KernelCode] | None:
     """The float32 kernels of ``direction`` that ``rung`` runs: those named after the rung, else
     (a rung that reuses the rung below's kernel, as warp_shuffle's backward does) the direction's
     kernels other than the options kernels (``<problem>_options_...``: reductions other than the
@@ -29,10 +31,10 @@ def own_kernels(problem: str, rung: str, direction: str, arch: str = "sm_90") ->
     if kernels is None:
         return None
     mine = [k for k in kernels if k.direction == direction and "options" not in k.name]
-    return [k for k in mine if k.name.startswith(f"{problem}_{rung}_")] or mine
+    return [k for k in mine if k.name.startswith(f"{problem.name}_{rung}_")] or mine
 
 
-def listing(problem: str, rung: str, direction: str = "forward", arch: str = "sm_90",
+def listing(problem: problems.Problem, rung: str, direction: str = "forward", arch: str = "sm_90",
             families: tuple[str, ...] = ("LDG 4 B", "LDG 16 B"), limit: int | None = None) -> Html:
     """The SASS lines of ``families`` in each of :func:`own_kernels`, headed by the kernel's name,
     registers, spills and how many lines of each family it holds; all of them, or the first
@@ -66,7 +68,7 @@ def _hex(offset: int) -> str:
     return f"{'-' if offset < 0 else '+'}0x{abs(offset):x}"
 
 
-def unrolled_loads(problem: str, rung: str, direction: str = "forward", arch: str = "sm_90",
+def unrolled_loads(problem: problems.Problem, rung: str, direction: str = "forward", arch: str = "sm_90",
                    family: str = "LDG 4 B"):
     """One sentence (Markdown) on how many ``family`` loads the compiler issues from one base
     register in ``rung``'s ``direction`` kernel, at which offsets and how far apart, read from the

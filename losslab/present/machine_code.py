@@ -19,7 +19,7 @@ import tempfile
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from losslab import records
+from losslab import problems, records
 from losslab.build import BuildError
 from losslab.present.html import Html, message, table
 from losslab.present.ladder import kernel_path
@@ -85,7 +85,7 @@ def _direction(name: str) -> str:
     return next((d for d in ("forward", "backward") if d in name), "other")
 
 
-def _compile(problem: str, rung: str, arch: str) -> list[KernelCode]:
+def _compile(problem: problems.Problem, rung: str, arch: str) -> list[KernelCode]:
     from losslab.build import sass
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -165,7 +165,7 @@ def _write_entry(path: Path, kernels: list[KernelCode]) -> None:
                   "without a cache (set TMPDIR to a writable folder to move it)", file=sys.stderr)
 
 
-def rung_code(problem: str, rung: str, arch: str = "sm_90") -> list[KernelCode] | None:
+def rung_code(problem: problems.Problem, rung: str, arch: str = "sm_90") -> list[KernelCode] | None:
     """The float32 kernels of the rung's file as the notebooks show it (``present.ladder.kernel_path``:
     the teaching rung where there is one) compiled for ``arch``, or None where nvcc or cuobjdump is
     missing.
@@ -179,13 +179,13 @@ def rung_code(problem: str, rung: str, arch: str = "sm_90") -> list[KernelCode] 
     the cache, not the result (one line on stderr says so).
 
     Raises:
-        ValueError: unknown problem or rung.
+        ValueError: unknown rung.
     """
     path = kernel_path(problem, rung)
     own = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
     try:
-        entry = f"{problem}-{rung}-{own}-{arch}-{compiler_key()}-v{ENTRY_FORMAT}.json"
-        key = _CACHE / records.sources_sha256(problem)[:16] / entry
+        entry = f"{problem.name}-{rung}-{own}-{arch}-{compiler_key()}-v{ENTRY_FORMAT}.json"
+        key = _CACHE / records.sources_sha256(problem.name)[:16] / entry
     except BuildError:
         return None
     kernels = _read_entry(key)
@@ -209,7 +209,7 @@ NO_NVCC = ("not compiled here: nvcc (or cuobjdump) is missing on this machine, s
            "are not shown; install the CUDA toolkit to see them")
 
 
-def sass_table(problem: str, rungs: list[str], arch: str = "sm_90", direction: str | None = None) -> Html:
+def sass_table(problem: problems.Problem, rungs: list[str], arch: str = "sm_90", direction: str | None = None) -> Html:
     """Per rung and float32 kernel (of ``direction`` if given): registers per thread and the count
     of each instruction family of :data:`FAMILIES`. One line saying so where nvcc is missing."""
     body, plain = [], []
@@ -230,7 +230,7 @@ def sass_table(problem: str, rungs: list[str], arch: str = "sm_90", direction: s
     return Html(table(head, body, caption=caption, text_columns=2), plain="\n".join(plain))
 
 
-def sass_lines(problem: str, rung: str, direction: str = "forward", arch: str = "sm_90",
+def sass_lines(problem: problems.Problem, rung: str, direction: str = "forward", arch: str = "sm_90",
                families: tuple[str, ...] = tuple(FAMILIES), limit: int = 16) -> Html:
     """The SASS lines of ``families`` in ``rung``'s float32 ``direction`` kernels (at most
     ``limit`` per kernel), with the registers per thread: the instructions that carry the idea."""

@@ -147,7 +147,8 @@ def _flag(name: str) -> Callable:
 
 CHECKS: dict[str, Callable] = {  # in the order they run: later checks read earlier parameters
     "problem": lambda v, p: _one_of("problem", v, problems.names(), what="a problem"),
-    "problem_names": lambda v, p: _list_of("problem_names", v, problems.names(), "problems"),
+    "problem_names": lambda v, p: _list_of("problem_names", v, problems.names(), "problems",
+                                           none_means="the notebook's own choice of problems"),
     "variant": _check_variant,
     "variants": _check_variants,
     "knobs": _check_knobs,

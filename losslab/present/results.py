@@ -1,7 +1,7 @@
 """The results a notebook shows, and the banner that says where each number comes from.
 
-    section = results.load_results("kl_div")     # measured now on a GPU, else the newest record
-    results.banner(section, "kl_div")            # live or recorded, device, date, versions, sources hash
+    section = results.load_results(spec)        # spec: a Problem; measured now on a GPU, else the record
+    results.banner(section, spec)               # live or recorded, device, date, versions, sources hash
 
 :func:`load_results` returns a :class:`losslab.records.Section` holding one shape and dtype
 (``source`` "live" or "recorded"), or None when nothing is measured or recorded. Live runs go
@@ -58,7 +58,7 @@ def same_device(a: str, b: str) -> bool:
     return records.device_slug(a) == records.device_slug(b)
 
 
-def load_results(problem: str, *, device: str | None = None, size: str = "seed",
+def load_results(problem: problems.Problem, *, device: str | None = None, size: str = "seed",
                  variants: list[str] | None = None, repeats: int = 20, live: bool | None = None,
                  results_dir: Path | str | None = None, ncu: bool = False,
                  checks: bool = True, taught: bool = False) -> records.Section | None:
@@ -84,13 +84,12 @@ def load_results(problem: str, *, device: str | None = None, size: str = "seed",
 
     Raises:
         RuntimeError: ``live=True`` without a CUDA GPU.
-        ValueError: unknown problem, size or variant.
+        ValueError: unknown size or variant.
     """
-    spec = problems.get(problem)
-    if size not in spec.sizes:
-        raise ValueError(f"size: {problem} has no size {size!r}; expected one of {', '.join(spec.sizes)}")
+    if size not in problem.sizes:
+        raise ValueError(f"size: {problem.name} has no size {size!r}; expected one of {', '.join(problem.sizes)}")
     for name in variants or []:
-        spec.check_variant_name(name)
+        problem.check_variant_name(name)
     here = gpu_name()
     if live is None:
         live = here is not None and (device is None or same_device(device, here))
@@ -98,7 +97,7 @@ def load_results(problem: str, *, device: str | None = None, size: str = "seed",
         if here is None:
             raise RuntimeError("live=True needs a CUDA GPU and none is visible here; "
                                "use live=None or False to render the recorded results")
-        names = variants or (ladder.rungs(problem) if taught else None)
+        names = variants or (ladder.rungs(problem.name) if taught else None)
         measured = [recorded.ladder_variant(problem, v) for v in names] if taught else names
         section = records.measure_section(problem, size, measured, repeats=repeats, ncu=ncu, check=checks)
         return (section.taught() if taught else section).view()
@@ -133,7 +132,7 @@ def measured_where(section: records.Section) -> str:
 def implementation_order(section: records.Section, implementation: str) -> float:
     """Sort key: the ladder's rungs in order, each followed by its other launch configurations
     (``build.knobs``), then the peers in the order the section lists them."""
-    order = list(problems.get(section.problem).variants)
+    order = list(section.ladder)
     if implementation not in order and knobs.rung_of(implementation) in order:
         return order.index(knobs.rung_of(implementation)) + 0.5
     order += [r.implementation for r in section.rows if r.implementation not in order]
@@ -153,17 +152,17 @@ def source_info(section: records.Section) -> dict:
             "sources_sha256": section.sources_sha256, "fresh": section.is_fresh()}
 
 
-def _missing_text(problem: str, device: str | None, results_dir: Path | str | None) -> str:
+def _missing_text(problem: problems.Problem, device: str | None, results_dir: Path | str | None) -> str:
     folder = Path(results_dir) if results_dir else records.RESULTS_DIR
     where = f" on {device}" if device else ""
     devices = recorded_devices(folder)
     found = f"records there: {', '.join(devices)}" if devices else "no records there"
-    return (f"No recorded results for {problem}{where} under {shown_path(folder)} ({found}) and nothing measured "
+    return (f"No recorded results for {problem.name}{where} under {shown_path(folder)} ({found}) and nothing measured "
             f"here: the cells below show the model and the kernels but no measurements. Run "
-            f"`python -m losslab bench {problem}` on a GPU machine and commit the record.")
+            f"`python -m losslab bench {problem.name}` on a GPU machine and commit the record.")
 
 
-def banner(section: records.Section | None, problem: str, size: str | None = None, *,
+def banner(section: records.Section | None, problem: problems.Problem, size: str | None = None, *,
            device: str | None = None, results_dir: Path | str | None = None) -> Html:
     """One line saying where the numbers below come from: live or recorded, device, date(s),
     versions, shape, and whether the record was measured on today's sources.
@@ -175,18 +174,18 @@ def banner(section: records.Section | None, problem: str, size: str | None = Non
     """
     if section is None:
         return message(_missing_text(problem, device, results_dir),
-                       metadata={METADATA_KEY: {"problem": problem, "source": "none"}})
+                       metadata={METADATA_KEY: {"problem": problem.name, "source": "none"}})
     info = source_info(section)
     shape = "x".join(map(str, section.primary_shape or ()))
     head = "LIVE results" if info["source"] == "live" else "RECORDED results (not measured now)"
-    text = (f"{head}: {problem} {shape} {section.primary_dtype}, {measured_where(section)}; "
+    text = (f"{head}: {problem.name} {shape} {section.primary_dtype}, {measured_where(section)}; "
             f"sources sha256 {info['sources_sha256'][:12]} ")
     if info["fresh"]:
         text += "matches the sources now."
     else:
         text += ("does NOT match the sources now (kernels, bindings, launch code or build flags changed since); "
-                 f"rerun `python -m losslab bench {problem}` on a GPU and commit the record.")
-    seed = tuple(problems.get(problem).sizes.get(size, ())) if size else ()
+                 f"rerun `python -m losslab bench {problem.name}` on a GPU and commit the record.")
+    seed = tuple(problem.sizes.get(size, ())) if size else ()
     if size is not None and info["source"] == "recorded" and seed != tuple(section.primary_shape or ()):
         text += f" (The size parameter {size!r} applies to live runs only.)"
     return message(text, GOOD if info["fresh"] else WARN, metadata={METADATA_KEY: info})

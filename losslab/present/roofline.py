@@ -10,7 +10,9 @@ One module: the roofs, the points and their labels are placed together on one fi
 from __future__ import annotations
 
 import math
+import string
 import textwrap
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,12 +79,12 @@ def points(section: records.Section, directions: tuple[str, ...] = DIRECTIONS) -
             and section.primary_dtype == "float32"):  # ncu profiles float32
         measured = {(r.implementation, r.direction): r.dram_bytes_read + r.dram_bytes_written for r in ncu.records}
     away = {(e.implementation, e.direction) for e in work_elsewhere(section)}
-    out = []
+    spec, out = section.spec, []
     for row in section.rows:
         # the rungs and the peers: the teaching rungs and the public operator are in notebooks 01/02 and the sweep
         if row.direction not in directions or row.kind not in ("variant", "peer"):
             continue
-        cost = problems.get(row.problem).cost(tuple(row.shape), row.direction, getattr(torch, row.dtype))
+        cost = spec.cost(tuple(row.shape), row.direction, getattr(torch, row.dtype))
         key = (row.implementation, row.direction)
         # no measured-traffic point for a time that is no result or for kernels that did not do the work
         traffic = None if row.below_floor or key in away else measured.get(key)
@@ -147,18 +149,21 @@ def _draw_roofs(ax, roofs: dict, x_range: tuple[float, float]) -> list[tuple[str
 def mufu_roofs(sections: list[records.Section], directions: tuple[str, ...] = DIRECTIONS) -> list[tuple[str, float]]:
     """The special-function (MUFU) ceiling in model FLOP/s per (problem, direction) with
     transcendentals: the measured ``mufu_ex2_tops`` times the cost model's FLOP per transcendental
-    (a kernel that runs one MUFU op per log or exp cannot do its FLOP faster). [(label, FLOP/s)]."""
+    (a kernel that runs one MUFU op per log or exp cannot do its FLOP faster). [(label, FLOP/s)].
+    A roof above the measured FP32 roof is left out: it never binds (a square root or two a row)."""
     out = []
     for section in sections:
-        tops = section.ceilings.get("mufu_ex2_tops")
-        problem = section.problem or (section.rows[0].problem if section.rows else "")
-        if not tops or not section.primary_shape or problem not in problems.names():
+        tops, fp32_tflops = section.ceilings.get("mufu_ex2_tops"), section.ceilings.get("fp32_fma_tflops")
+        spec = section.spec
+        if not tops or not section.primary_shape or spec is None:
             continue
         for direction in directions:
-            cost = problems.get(problem).cost(tuple(section.primary_shape), direction)
+            cost = spec.cost(tuple(section.primary_shape), direction)
             if cost.transcendentals and any(r.direction == direction for r in section.rows):
                 per = cost.flops / cost.transcendentals
-                out.append((f"MUFU roof {problem} {SHORT.get(direction, direction)}: {tops:.2f} Top/s x "
+                if fp32_tflops and tops * per > fp32_tflops:
+                    continue
+                out.append((f"MUFU roof {spec.name} {SHORT.get(direction, direction)}: {tops:.2f} Top/s x "
                             f"{per:.1f} FLOP per log/exp (measured)", tops * 1e12 * per))
     return out
 
@@ -338,15 +343,20 @@ def _legend(ax, pts: list[Point], directions: tuple[str, ...]) -> None:
               title="implementation, direction", title_fontsize=7)
 
 
-def figure_size(n_points: int) -> tuple[float, float]:
+def figure_size(n_points: int, room: float = 1.0, title_lines: int = 2) -> tuple[float, float]:
     """(width, height) in inches for a roofline of ``n_points`` labels: tall enough that the label
-    column fits under the special-function roofs without overlapping."""
-    return 14.0, max(7.5, 2.5 + 0.2 * n_points)
+    column fits under the special-function roofs without overlapping. ``room``: the fraction of the
+    axes' height below the lowest of those roofs; ``title_lines``: the title's lines."""
+    return 14.0, max(7.5, 1.5 + 0.17 * title_lines + 0.2 * n_points / max(room, 0.2))
 
 
 def plot_roofline(sections: records.Section | list[records.Section], directions: tuple[str, ...] = DIRECTIONS,
-                  title: str | None = None, ax=None):
+                  title: str | None = None, ax=None, implementations: tuple[str, ...] | None = None):
     """Draw the roofline of one or more bench sections (one per problem) from the same device.
+    ``implementations``: only these implementations' points; by default every one of a single
+    section, and of several only the fused rung's (the public operator's kernels) and torch.compile's:
+    two points per problem and direction, where a hundred and fifty labelled points would be no figure
+    to read.
 
     Log axes. Memory roofs from the measured read and copy bandwidth (GB/s), compute roof from
     the measured FP32 FMA rate (TFLOP/s; the datasheet's, labelled so, for a section recorded
@@ -381,24 +391,32 @@ def plot_roofline(sections: records.Section | list[records.Section], directions:
     devices = list(dict.fromkeys(s.device for s in sections))
     if len(devices) > 1:
         raise ValueError(f"sections: expected sections of one device (one set of roofs), got {', '.join(devices)}")
-    pts = [p for s in sections for p in points(s, directions)]
+    if implementations is None and len(sections) > 1:
+        implementations = ("fused", "compile")
+    pts = [p for s in sections for p in points(s, directions)
+           if implementations is None or p.implementation in implementations]
+    roofs = _roofs(sections[0])
+    ys = [p.flops_per_s for p in pts]
+    top = (roofs["fp32_tflops"] or 0) * 1e12 or max(ys, default=1e12)
+    y_range = (min(ys, default=top / 1e4) / 8, max(top, *ys) * 6)
+    mufu_lines = mufu_roofs(sections, directions)
+    lowest = min([flops for _, flops in mufu_lines] + [top])  # the label column goes below it
     if ax is None:
-        fig, ax = plt.subplots(figsize=figure_size(len(pts)), layout="constrained")
+        room = math.log(lowest / y_range[0]) / math.log(y_range[1] / y_range[0])
+        lines = sum(max(1, math.ceil(len(line) / 168)) for line in (title or _title(sections)).split("\n"))
+        fig, ax = plt.subplots(figsize=figure_size(len(pts), room, lines), layout="constrained")
     else:
         fig = ax.figure
-    roofs = _roofs(sections[0])
     xs = [p.intensity for p in pts] + [p.measured_intensity for p in pts if p.measured_intensity]
     ridge = (roofs["fp32_tflops"] or 0) * 1e3 / (roofs["read_gbps"] or math.inf)
     # room at the left for the memory roofs' name, at the right for the points' labels
     x_range = (min(xs, default=0.1) / 25, max([*xs, ridge, 1.0]) * 12)
     ridges = _draw_roofs(ax, roofs, x_range)
-    mufu = _draw_mufu(ax, mufu_roofs(sections, directions), roofs["read_gbps"], x_range)
+    mufu = _draw_mufu(ax, mufu_lines, roofs["read_gbps"], x_range)
     _draw_markers(ax, pts, prefix_problem=len(sections) > 1)
     ax.set(xscale="log", yscale="log", xlim=x_range, xlabel="arithmetic intensity (FLOP / byte, log scale)",
            ylabel="achieved FLOP/s (model FLOP / measured time, log scale)")
-    ys = [p.flops_per_s for p in pts]
-    top = (roofs["fp32_tflops"] or 0) * 1e12 or max(ys, default=1e12)
-    ax.set_ylim(min(ys, default=top / 1e4) / 8, max(top, *ys) * 6)
+    ax.set_ylim(*y_range)
     ax.grid(True, which="both", lw=0.3, alpha=0.5)
     ax.set_title(wrap_title(title or _title(sections), fig), fontsize=10)
     _legend(ax, pts, directions)
@@ -412,17 +430,16 @@ def plot_roofline(sections: records.Section | list[records.Section], directions:
     return fig
 
 
-def plot_model_only(problem_names: tuple[str, ...] | list[str], device: str = "H100 SXM"):
+def plot_model_only(specs: Sequence[problems.Problem], device: str = "H100 SXM"):
     """A roofline with no measurement: the datasheet roofs of ``device`` (labelled
-    datasheet) and a vertical line at each problem's model intensity (seed size, float32)
+    datasheet) and a vertical line at each problem's (of ``specs``) model intensity (seed size, float32)
     per direction. For machines with no recorded results yet. Returns the Figure."""
     import matplotlib.pyplot as plt
 
     sheet = datasheet(device)
     fig, ax = plt.subplots(figsize=(9, 5), layout="constrained")
-    seed = {name: problems.get(name).sizes["seed"] for name in problem_names}
-    lines = [(name, direction, problems.get(name).cost(seed[name], direction).arithmetic_intensity)
-             for name in problem_names for direction in ("forward", "backward")]
+    lines = [(spec.name, direction, spec.cost(spec.sizes["seed"], direction).arithmetic_intensity)
+             for spec in specs for direction in ("forward", "backward")]
     x_range = (min(x for _, _, x in lines) / 4, 200.0)
     if sheet:
         _draw_roofs(ax, {"read_gbps": None, "copy_gbps": None, "fp32_tflops": None, "datasheet": sheet}, x_range)
@@ -430,15 +447,21 @@ def plot_model_only(problem_names: tuple[str, ...] | list[str], device: str = "H
         ax.plot([ridge], [sheet.fp32_tflops * 1e12], "D", color="0.6")
         ax.annotate(f"ridge (datasheet) {ridge:.1f} FLOP/B", (ridge, sheet.fp32_tflops * 1e12), xytext=(0, -16),
                     textcoords="offset points", fontsize=8, ha="right")
-    at: dict[float, list[str]] = {}  # lines within 5 % (kl_div forward, cross_entropy backward) share one
+    at: dict[float, list[str]] = {}  # lines closer than a rotated label's width (2.5 % of the axis) share one
+    span = math.log(x_range[1] / x_range[0])
     for name, direction, x in sorted(lines, key=lambda line: line[2]):
-        near = next((k for k in at if x < k * 1.05), None)
-        at.setdefault(near or x, []).append(f"{name} {direction}")
-    for x, names in sorted(at.items()):
+        near = next((k for k in at if math.log(x / k) < 0.025 * span), None)
+        at.setdefault(near or x, []).append(f"{name} {SHORT.get(direction, direction)}")
+    # each line lettered at its foot; what it stands for listed at the top left, above the memory roof
+    keys = []
+    for letter, (x, names) in zip(string.ascii_uppercase, sorted(at.items()), strict=False):
         ax.axvline(x, color="tab:blue", lw=0.8, label="model intensity (cost model, seed size, float32)"
                    if x == min(at) else None)
-        ax.annotate(" / ".join(names), (x, 2e10), rotation=90, fontsize=8, xytext=(3, 0), textcoords="offset points",
-                    va="bottom")
+        ax.annotate(letter, (x, 1.3e10), fontsize=8, xytext=(3, 0), textcoords="offset points", color="tab:blue")
+        keys.append(textwrap.fill(f"{letter}: {', '.join(names)} ({x:.2f} FLOP/B)", 60, subsequent_indent="   "))
+    box = ax.text(0.01, 0.99, "\n".join(keys), transform=ax.transAxes, fontsize=7, va="top", ha="left",
+                  bbox={"facecolor": "white", "edgecolor": "0.8", "alpha": 0.9, "pad": 2})
+    box.set_in_layout(False)
     ax.set(xscale="log", yscale="log", xlim=x_range, ylim=(1e10, 3e14),
            xlabel="arithmetic intensity (FLOP / byte, log scale)", ylabel="FLOP/s (log scale)",
            title=f"model intensities on the {device} datasheet roofline (nothing measured)")

@@ -31,32 +31,31 @@ from losslab.variants import LADDER_TAG, OPERATOR
 FLAG = "&dagger;"  # the mark of a row below the physical floor
 
 
-def ceiling_for(problem: str, shape: tuple[int, int], direction: str, dtype: str = "float32") -> str:
+def ceiling_for(problem: problems.Problem, shape: tuple[int, int], direction: str, dtype: str = "float32") -> str:
     """Which measured bandwidth bounds ``direction``: "read" or "copy" (``measure.ceilings.bandwidth_kind``)."""
-    return bandwidth_kind(problems.get(problem).cost(shape, direction, getattr(torch, dtype)).bytes_written)
+    return bandwidth_kind(problem.cost(shape, direction, getattr(torch, dtype)).bytes_written)
 
 
-def floor_ms(problem: str, shape: tuple[int, int], direction: str, bandwidth_gbps: dict[str, float],
+def floor_ms(problem: problems.Problem, shape: tuple[int, int], direction: str, bandwidth_gbps: dict[str, float],
              dtype: str = "float32") -> float:
     """The least time of ``direction`` in ms: minimum bytes over the measured bandwidth
     (``bandwidth_gbps`` in GB/s, keys "read" and "copy")."""
-    cost = problems.get(problem).cost(shape, direction, getattr(torch, dtype))
+    cost = problem.cost(shape, direction, getattr(torch, dtype))
     return cost.bytes / (bandwidth_gbps[ceiling_for(problem, shape, direction, dtype)] * 1e6)
 
 
-def cost_table(problem: str, shape: tuple[int, int], bandwidth_gbps: dict[str, float] | None = None,
+def cost_table(problem: problems.Problem, shape: tuple[int, int], bandwidth_gbps: dict[str, float] | None = None,
                dtype: str = "float32", measured_on: str = "") -> Html:
-    """The cost model (``problems.get(problem).cost``) per direction at ``shape`` and ``dtype``:
+    """The cost model (``problem.cost``) per direction at ``shape`` and ``dtype``:
     bytes read and written, FLOPs, transcendentals, arithmetic intensity, and the floor time in
     ms at the measured bandwidth (GB/s) if given, else the time at 1 TB/s.
 
     ``measured_on`` (e.g. "NVIDIA H200 on 2026-11-20 10:00 UTC") names where the bandwidth was measured.
     """
-    spec = problems.get(problem)
     floor_head = "floor ms (measured bw)" if bandwidth_gbps else "ms at 1 TB/s"
     body = []
     for direction in problems.DIRECTIONS:
-        cost = spec.cost(shape, direction, getattr(torch, dtype))
+        cost = problem.cost(shape, direction, getattr(torch, dtype))
         ceiling = ceiling_for(problem, shape, direction, dtype)
         if bandwidth_gbps:
             floor = (f"{floor_ms(problem, shape, direction, bandwidth_gbps, dtype):.3f} "
@@ -67,17 +66,17 @@ def cost_table(problem: str, shape: tuple[int, int], bandwidth_gbps: dict[str, f
                      f"{cost.transcendentals:.3g}", f"{cost.arithmetic_intensity:.2f}", floor])
     head = ["direction", "bytes read", "bytes written", "FLOP", "log/exp", "FLOP/byte", floor_head]
     rows, cols = shape
-    caption = f"{problem} {rows}x{cols} {dtype}: the least traffic and arithmetic"
+    caption = f"{problem.name} {rows}x{cols} {dtype}: the least traffic and arithmetic"
     if bandwidth_gbps and measured_on:
         caption += f"; bandwidth measured on {measured_on}"
-    return Html(table(head, body, html.escape(caption)), plain=f"cost model of {problem} at {rows}x{cols} {dtype}")
+    return Html(table(head, body, html.escape(caption)), plain=f"cost model of {problem.name} at {rows}x{cols} {dtype}")
 
 
 def measured_floor(section: records.Section | None) -> Html:
     """:func:`cost_table` at the shape, dtype and measured bandwidth of ``section``."""
     if section is None:
         return no_results("measured floor")
-    return cost_table(section.problem, tuple(section.primary_shape), bandwidth_gbps(section), section.primary_dtype,
+    return cost_table(section.spec, tuple(section.primary_shape), bandwidth_gbps(section), section.primary_dtype,
                       measured_where(section))
 
 
@@ -152,7 +151,7 @@ def timing_table(section: records.Section | None, rung_below: list[BenchRow] | t
     head = (["direction", "implementation", "median ms", "p10-p90 ms", "GB/s", "of bandwidth", "extra MiB",
              "rel. error"] + [f"&times; {p}" for p in peers] + ["&times; rung below"] + (["measured"] if dated else []))
     body = []
-    ladder = list(problems.get(section.problem).variants)
+    ladder = list(section.ladder)
     for direction in problems.DIRECTIONS:
         timed = {r.implementation: r for r in (*rung_below, *rows) if r.direction == direction
                  and r.kind == "variant" and tuple(r.shape) == tuple(section.primary_shape or ())
@@ -232,7 +231,7 @@ def records_table(results_dir: Path | str | None = None) -> Html:
     return Html(table(head, body, caption, text_columns=5), plain="\n".join(plain))
 
 
-def operator_table(problem: str, device: str | None = None, results_dir: Path | str | None = None) -> Html:
+def operator_table(problem: problems.Problem, device: str | None = None, results_dir: Path | str | None = None) -> Html:
     """From the top teaching rung to the operator, timed: at the record's seed size, forward and
     forward+backward median ms (L2 flushed) of the top teaching rung (float32), of the operator's
     kernels of the same name and of the public operator (``losslab.nn``, PyTorch's default options)
@@ -244,18 +243,18 @@ def operator_table(problem: str, device: str | None = None, results_dir: Path | 
         section = records.latest_section(problem, device, Path(results_dir) if results_dir else records.RESULTS_DIR)
     except LookupError as err:
         return no_results(str(err))
-    top = ladder.rungs(problem)[-1]
+    top = ladder.rungs(problem.name)[-1]
     taught = f"{top} {LADDER_TAG}"
-    seed = tuple(problems.get(problem).sizes["seed"])
+    seed = tuple(problem.sizes["seed"])
     rows = [r for r in section.rows if tuple(r.shape) == seed]
     times = {(r.implementation, r.dtype, r.direction): r.median_ms for r in rows}
     base = {d: times.get((taught, "float32", d)) for d in ("forward", "forward_backward")}
     if not all(base.values()) or not any(r.implementation == OPERATOR for r in rows):
-        return message(f"the {section.device} record of {problem} holds no teaching rung or public operator rows "
+        return message(f"the {section.device} record of {problem.name} holds no teaching rung or public operator rows "
                        f"at {seed[0]}x{seed[1]}: re-record with scripts/gpu_suite.sh")
     body, plain = [], []
-    for name, label in ((taught, f"teaching {top} (kernels/{problem}/ladder/{top}.cu)"),
-                        (top, f"operator kernels {top} (kernels/{problem}/{top}.cu)"),
+    for name, label in ((taught, f"teaching {top} (kernels/{problem.name}/ladder/{top}.cu)"),
+                        (top, f"operator kernels {top} (kernels/{problem.name}/{top}.cu)"),
                         (OPERATOR, f"{OPERATOR}.functional, default options")):
         for dtype in section.dtypes:
             cells = [times.get((name, dtype, d)) for d in ("forward", "forward_backward")]
@@ -265,7 +264,7 @@ def operator_table(problem: str, device: str | None = None, results_dir: Path | 
                      for ms, d in zip(cells, ("forward", "forward_backward"), strict=True)]
             body.append([html.escape(label), dtype, *shown])
             plain.append(f"{label:<58} {dtype:<9} " + "  ".join(f"{c:>16}" for c in shown))
-    caption = (f"{problem} at {seed[0]}x{seed[1]} on {section.device}: median ms per call, × the teaching "
+    caption = (f"{problem.name} at {seed[0]}x{seed[1]} on {section.device}: median ms per call, × the teaching "
                f"{top} in float32")
     return Html(table(["implementation", "dtype", "forward ms", "forward+backward ms"], body, caption,
                       text_columns=2), plain=caption + "\n" + "\n".join(plain))

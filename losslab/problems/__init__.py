@@ -11,7 +11,8 @@ a binding ``losslab/build/csrc/<name>.cpp``; nothing else changes.
 """
 from __future__ import annotations
 
-from losslab.problems import cross_entropy, kl_div
+import importlib
+
 from losslab.problems.base import (
     DIRECTIONS,
     FLOAT32,
@@ -24,10 +25,20 @@ from losslab.problems.base import (
     misaligned_view,
 )
 
-_PROBLEMS: dict[str, Problem] = {m.PROBLEM.name: m.PROBLEM for m in (kl_div, cross_entropy)}
+# The registry: one line per loss package, in the order the workbook presents them.
+REGISTRY = (
+    "kl_div",
+    "cross_entropy",
+    "hinge_loss",
+    "triplet_margin_loss",
+    "cosine_similarity_loss",
+    "mse_loss",
+    "smooth_l1_loss",
+)
+_PROBLEMS: dict[str, Problem] = {name: importlib.import_module(f"{__name__}.{name}").PROBLEM for name in REGISTRY}
 
 __all__ = ["DIRECTIONS", "FLOAT32", "HALF_AND_FLOAT", "HEAVY_EVERY", "LADDER", "Cost", "Problem", "Rung", "get",
-           "misaligned_view", "names"]
+           "misaligned_view", "names", "registered"]
 
 
 def names() -> tuple[str, ...]:
@@ -35,8 +46,16 @@ def names() -> tuple[str, ...]:
     return tuple(_PROBLEMS)
 
 
-def get(name: str) -> Problem:
-    """The problem called ``name``. Raises ValueError for an unknown name."""
+def registered() -> tuple[Problem, ...]:
+    """All problems, in the order the workbook presents them."""
+    return tuple(_PROBLEMS.values())
+
+
+def get(name: str | Problem) -> Problem:
+    """The problem called ``name`` (a Problem is returned as it is: what a public function that
+    takes either calls once). Raises ValueError for an unknown name."""
+    if isinstance(name, Problem):
+        return name
     problem = _PROBLEMS.get(name)
     if problem is None:
         raise ValueError(f"problem: no problem {name!r}; expected one of {', '.join(_PROBLEMS)}")

@@ -258,7 +258,8 @@ class Problem:
         """Raise TypeError if ``variant`` has no kernels for ``predictions``' dtype."""
         if predictions.dtype not in self.dtypes(variant):
             allowed = ", ".join(str(d) for d in self.dtypes(variant))
-            raise TypeError(f"predictions: {self.name} {variant} takes dtype {allowed}, got {predictions.dtype}")
+            raise TypeError(f"{self.input_names[0]}: {self.name} {variant} takes dtype {allowed}, "
+                            f"got {predictions.dtype}")
 
     def check_variant_name(self, variant: str) -> None:
         """Raise ValueError unless ``variant`` names a rung."""

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from losslab.build import ROOT
+from losslab.problems import Problem
 from losslab.records.section import Section, merge, older_format_keys
 
 RESULTS_DIR = ROOT / "reports" / "results"
@@ -118,17 +119,18 @@ def resolve_device(device: str, results_dir: Path | str = RESULTS_DIR) -> str:
     raise LookupError(f"no record of device {device!r} under {results_dir}; recorded devices: {known}")
 
 
-def save_section(problem: str, section: Section | dict, results_dir: Path | str = RESULTS_DIR, *,
+def save_section(problem: Problem | str, section: Section | dict, results_dir: Path | str = RESULTS_DIR, *,
                  replace: bool = False) -> Path:
     """Add ``section`` (a Section, or its :meth:`Section.as_dict` form) to its device's record (see
     :func:`merge`), keeping the other problems'; with ``replace``, it takes the place of the
     problem's recorded section instead (a full re-record, so that no row of an older run stays
-    behind). Returns the record's path.
+    behind). ``problem``: a Problem or the name the record gives it. Returns the record's path.
 
     Raises:
         RecordError: the existing record file is not a record (it is left as it is).
         ValueError: ``section`` is a dict that is not a section (or one of the older format).
     """
+    problem = problem if isinstance(problem, str) else problem.name
     section = section if isinstance(section, Section) else Section.from_dict(section, problem)
     section.problem = section.problem or problem
     path = record_path(section.device, results_dir)
@@ -162,13 +164,15 @@ def write_json(path: Path, data: object) -> None:
         raise
 
 
-def latest_section(problem: str, device: str | None = None, results_dir: Path | str = RESULTS_DIR) -> Section:
-    """The newest recorded Section of ``problem`` (on ``device``, a name or slug, if given).
+def latest_section(problem: Problem | str, device: str | None = None, results_dir: Path | str = RESULTS_DIR) -> Section:
+    """The newest recorded Section of ``problem`` (a Problem or its name; on ``device``, a name or slug,
+    if given).
 
     Raises:
         LookupError: nothing recorded for it (the message names the devices that are).
         RecordError: a record file is not a record.
     """
+    problem = problem if isinstance(problem, str) else problem.name
     results_dir = Path(results_dir)
     found = [r.sections[problem] for r in load_records(results_dir)
              if problem in r.sections and (device is None or device_slug(r.device) == device_slug(device))]

@@ -15,6 +15,8 @@ from losslab.build import KERNELS, ROOT, ladder, prebuilt
 
 # bindings of extensions that no record section measures (losslab.distributed's kernels)
 UNRECORDED_BINDINGS = frozenset({"vocab_parallel"})
+# a loss package's module of what the notebooks claim of its measurements (checked on every record)
+CLAIMS_MODULE = "claims.py"
 
 
 def _files(folder: Path) -> list[Path]:
@@ -26,8 +28,9 @@ def measured_sources(problem: str, root: Path | None = None) -> list[Path]:
     ``kernels/<problem>`` (the operators' kernels and the teaching ladder's) and ``kernels/ceilings``
     (the bandwidth ceilings the rows are a fraction of), the bindings in ``losslab/build/csrc`` (but
     other problems' and :data:`UNRECORDED_BINDINGS`), the host launch code in ``losslab/problems``
-    (but other problems' packages), ``losslab/ops.py``, ``losslab/nn/`` (the public operator's) and
-    ``losslab/variants.py``, and the build modules that hold the compiler flags. ``root``: the
+    (but other problems' packages and each package's :data:`CLAIMS_MODULE`), ``losslab/ops.py``,
+    ``losslab/nn/`` (the public operator's) and ``losslab/variants.py``, and the build modules that
+    hold the compiler flags. ``root``: the
     repository (default this one)."""
     root = Path(root or ROOT)
     others = set(problems.names()) - {problem}
@@ -40,7 +43,8 @@ def measured_sources(problem: str, root: Path | None = None) -> list[Path]:
               if p.stem.removesuffix(f"_{ladder.LADDER}").removesuffix(prebuilt.SHIM_SUFFIX) not in unmeasured]
     package = root / "losslab" if (root / "losslab").is_dir() else root  # an installed wheel's root is the package
     packages = package / "problems"
-    files += [p for p in _files(packages) if p.suffix == ".py" and p.relative_to(packages).parts[0] not in others]
+    files += [p for p in _files(packages) if p.suffix == ".py" and p.relative_to(packages).parts[0] not in others
+              and p.name != CLAIMS_MODULE]
     files += [p for p in _files(package / "nn") if p.suffix == ".py"]
     files += [package / "ops.py", package / "variants.py", *(root / b for b in builders)]
     return sorted(set(files))

@@ -16,7 +16,6 @@ from losslab import problems
 from losslab import variants as recorded
 from losslab.measure.bench import (
     SWEEP_DIRECTIONS,
-    SWEEP_SHAPES,
     Skipped,
     bench_problem,
     hopeless_reason,
@@ -33,7 +32,7 @@ from losslab.records.section import Section
 DTYPES = ("float32", "bfloat16", "float16")  # input dtypes a bench can time
 
 
-def run_provenance(problem: str) -> dict:
+def run_provenance(problem: problems.Problem) -> dict:
     """What a measurement made now is stamped with: device (name, multiprocessors, memory_bytes,
     compute_capability) and the run (torch, cuda, date in UTC ISO 8601, sources_sha256)."""
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
@@ -41,33 +40,33 @@ def run_provenance(problem: str) -> dict:
             "memory_bytes": props.total_memory, "compute_capability": f"{props.major}.{props.minor}",
             "torch": torch.__version__, "cuda": torch.version.cuda,
             "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-            "sources_sha256": sources_sha256(problem)}
+            "sources_sha256": sources_sha256(problem.name)}
 
 
-def _shape(problem: str, size) -> tuple[int, int]:
-    spec = problems.get(problem)
+def _shape(problem: problems.Problem, size) -> tuple[int, int]:
     if isinstance(size, str):
-        if size not in spec.sizes:
-            raise ValueError(f"size: {problem} has no size {size!r}; expected one of {', '.join(spec.sizes)} "
+        if size not in problem.sizes:
+            raise ValueError(f"size: {problem.name} has no size {size!r}; expected one of {', '.join(problem.sizes)} "
                              "or a (rows, columns) pair")
-        return tuple(spec.sizes[size])
+        return tuple(problem.sizes[size])
     return tuple(size)
 
 
-def _missing_peers(problem: str, peers: Sequence[str], progress: bool) -> dict[str, str]:
+def _missing_peers(problem: problems.Problem, peers: Sequence[str], progress: bool) -> dict[str, str]:
     """``peers.missing_peers``, each reason printed once (to stderr) when ``progress``."""
     missing = missing_peers(problem, peers)
     for peer, why in missing.items() if progress else ():
-        print(f"{problem}: {peer} not timed: {why}", file=sys.stderr, flush=True)
+        print(f"{problem.name}: {peer} not timed: {why}", file=sys.stderr, flush=True)
     return missing
 
 
-def measure_section(problem: str, size="seed", variants: list | None = None, *, peers: Sequence[str] = PEERS,
-                    dtypes: Sequence[str] = ("float32",), repeats: int = 20, check: bool = True,
-                    check_sizes: Sequence[str] | None = None, check_variants: list | None = None,
+def measure_section(problem: problems.Problem | str, size="seed", variants: list | None = None, *,
+                    peers: Sequence[str] = PEERS, dtypes: Sequence[str] = ("float32",), repeats: int = 20,
+                    check: bool = True, check_sizes: Sequence[str] | None = None, check_variants: list | None = None,
                     edge_cases: bool = True, ceilings: dict | None = None, ncu: bool = False,
                     progress: bool = True) -> Section:
-    """Measure ``problem`` now on the current GPU into a live Section (not saved; see :func:`save_section`).
+    """Measure ``problem`` (a Problem, or its name) now on the current GPU into a live Section (not saved;
+    see :func:`save_section`).
 
     ``records.measure_section("kl_div", "seed", dtypes=("float32", "bfloat16"))``
 
@@ -87,7 +86,7 @@ def measure_section(problem: str, size="seed", variants: list | None = None, *, 
     Raises:
         ValueError: unknown problem, size, variant, peer or dtype; repeats < 1.
     """
-    spec = problems.get(problem)
+    problem = problems.get(problem)
     shape = _shape(problem, size)
     for name in dtypes:
         if name not in DTYPES:
@@ -110,17 +109,17 @@ def measure_section(problem: str, size="seed", variants: list | None = None, *, 
     rows, skipped, missing = [], [], _missing_peers(problem, peers, progress)
     for name in dtypes:
         dtype = getattr(torch, name)
-        if timed and not any(dtype in (spec.dtypes(v) if isinstance(v, str) else v.dtypes) for v in timed):
+        if timed and not any(dtype in (problem.dtypes(v) if isinstance(v, str) else v.dtypes) for v in timed):
             continue
         rows += bench_problem(problem, shape, variants, peers=tuple(peers), repeats=repeats,
                               bandwidth=bandwidth, progress=progress, dtype=dtype, rejected=skipped)
-        skipped += [Skipped(problem, shape, name, peer, why) for peer, why in missing.items()]
+        skipped += [Skipped(problem.name, shape, name, peer, why) for peer, why in missing.items()]
     stamp = run_provenance(problem)
     for item in (*rows, *checks, *skipped):
         for key in ("date", "torch", "cuda", "sources_sha256"):
             if hasattr(item, key):
                 setattr(item, key, stamp[key])
-    section = Section(problem, stamp["device"], stamp["multiprocessors"], stamp["memory_bytes"],
+    section = Section(problem.name, stamp["device"], stamp["multiprocessors"], stamp["memory_bytes"],
                       stamp["compute_capability"], rows, checks, ceilings, None, "live", skipped)
     if ncu:
         named = [v if isinstance(v, str) else v.name for v in timed if isinstance(v, str | recorded.Variant)]
@@ -128,11 +127,12 @@ def measure_section(problem: str, size="seed", variants: list | None = None, *, 
     return section
 
 
-def measure_sweep(problem: str, shapes: Sequence[tuple[int, int]] | None = None, *,
+def measure_sweep(problem: problems.Problem | str, shapes: Sequence[tuple[int, int]] | None = None, *,
                   dtypes: Sequence[str] = ("float32", "bfloat16"), peers: Sequence[str] = PEERS,
                   directions: Sequence[str] = SWEEP_DIRECTIONS, repeats: int = 20, ceilings: dict | None = None,
                   progress: bool = True) -> Section:
-    """Time ``problem`` over a range of shapes now on the current GPU into a live Section (not saved).
+    """Time ``problem`` (a Problem, or its name) over a range of shapes now on the current GPU into a live
+    Section (not saved).
 
     At each shape and dtype: every rung with kernels for the dtype, the public operator
     (``variants.operator_variant``; the teaching rungs are timed at the seed only) and every peer, forward and
@@ -151,8 +151,8 @@ def measure_sweep(problem: str, shapes: Sequence[tuple[int, int]] | None = None,
     Raises:
         ValueError: unknown problem, dtype or direction; repeats < 1.
     """
-    spec = problems.get(problem)
-    shapes = [tuple(s) for s in (shapes or SWEEP_SHAPES[problem])]
+    problem = problems.get(problem)
+    shapes = [tuple(s) for s in (shapes or problem.sweep_shapes)]
     for name in dtypes:
         if name not in DTYPES:
             raise ValueError(f"dtypes: unknown dtype {name!r}; expected some of {', '.join(DTYPES)}")
@@ -172,16 +172,16 @@ def measure_sweep(problem: str, shapes: Sequence[tuple[int, int]] | None = None,
             free, _ = torch.cuda.mem_get_info()
             needed = sweep_memory_bytes(problem, shape, dtype)
             if needed > free:
-                skipped.append(Skipped(problem, shape, name, "*", f"needs about {needed / 1e9:.1f} GB of device "
+                skipped.append(Skipped(problem.name, shape, name, "*", f"needs about {needed / 1e9:.1f} GB of device "
                                                                   f"memory; {free / 1e9:.1f} GB are free"))
                 continue
-            variants = [v for v in [*spec.variants, recorded.operator_variant(problem)]
-                        if dtype in (spec.dtypes(v) if isinstance(v, str) else v.dtypes)]
+            variants = [v for v in [*problem.variants, recorded.operator_variant(problem)]
+                        if dtype in (problem.dtypes(v) if isinstance(v, str) else v.dtypes)]
             for v in variants:
                 if reason := hopeless_reason(problem, v, shape):
-                    skipped.append(Skipped(problem, shape, name, v, reason))
+                    skipped.append(Skipped(problem.name, shape, name, v, reason))
             variants = [v for v in variants if not hopeless_reason(problem, v, shape)]
-            skipped += [Skipped(problem, shape, name, peer, why) for peer, why in missing.items()]
+            skipped += [Skipped(problem.name, shape, name, peer, why) for peer, why in missing.items()]
             rows += bench_problem(problem, shape, variants, peers=tuple(peers),
                                   repeats=sweep_repeats(problem, shape, dtype, repeats), bandwidth=bandwidth,
                                   progress=progress, dtype=dtype, directions=tuple(directions), rejected=skipped)
@@ -190,5 +190,5 @@ def measure_sweep(problem: str, shapes: Sequence[tuple[int, int]] | None = None,
         for key in ("date", "torch", "cuda", "sources_sha256"):
             if hasattr(item, key):
                 setattr(item, key, stamp[key])
-    return Section(problem, stamp["device"], stamp["multiprocessors"], stamp["memory_bytes"],
+    return Section(problem.name, stamp["device"], stamp["multiprocessors"], stamp["memory_bytes"],
                    stamp["compute_capability"], rows, [], ceilings, None, "live", skipped)

@@ -16,16 +16,13 @@ from pathlib import Path
 import torch
 
 from losslab import problems
+from losslab.build import ladder
 from losslab.measure.bench import BenchRow, Skipped, flag_physical_floor, set_speedups
 from losslab.measure.check import CheckResult
 from losslab.measure.ncu import Profile
 from losslab.records.freshness import sources_sha256
 from losslab.variants import LADDER_TAG
 
-_ROW_FIELDS = {f.name for f in fields(BenchRow)}
-_CHECK_FIELDS = {f.name for f in fields(CheckResult)}
-_ROW_REQUIRED = [f.name for f in fields(BenchRow) if f.default is MISSING and f.default_factory is MISSING]
-_CHECK_REQUIRED = [f.name for f in fields(CheckResult) if f.default is MISSING and f.default_factory is MISSING]
 # what a section of the older, pre-typed format held at its top (provenance and bandwidth per section,
 # rows per dtype); a section holding any of them is refused, never converted (see Section.from_dict)
 OLDER_FORMAT_KEYS = ("date", "torch", "cuda", "kernels_sha256", "sources_sha256", "shape", "dtype", "repeats",
@@ -44,7 +41,8 @@ class Section:
     ``ncu``: the newest ``ncu.profile_problem`` result (a typed ``measure.ncu.Profile``), or None;
     ``skipped``: the (shape, dtype, implementation) a sweep or bench left out (a hopeless rung, a
     peer that cannot run there), each with its reason (:class:`Skipped`); a measured row of the same
-    key removes its entry.
+    key removes its entry. ``rungs``: the rungs in ladder order where they are not the operators'
+    (:meth:`taught` sets the teaching ladder's; not saved), () for the problem's ``variants``.
     """
 
     problem: str
@@ -58,11 +56,25 @@ class Section:
     ncu: Profile | None = field(default=None, repr=False)
     source: str = "recorded"
     skipped: list[Skipped] = field(default_factory=list, repr=False)
+    rungs: tuple[str, ...] = field(default=(), repr=False)
 
     def __post_init__(self):
         self.ncu = Profile.from_dict(self.ncu)
 
     # --- what it holds ---
+    @property
+    def spec(self) -> problems.Problem | None:
+        """The :class:`~losslab.problems.Problem` it measured, looked up once by the name the record
+        gives it (None for a problem no longer registered)."""
+        return registered_problem(self.problem)
+
+    @property
+    def ladder(self) -> tuple[str, ...]:
+        """The rungs in ladder order, naive first: :attr:`rungs` where set (the teaching ladder's,
+        :meth:`taught`), else the problem's ``variants`` (() for a problem no longer registered)."""
+        spec = self.spec
+        return self.rungs or (tuple(spec.variants) if spec else ())
+
     @property
     def shapes(self) -> list[tuple[int, ...]]:
         """The shapes of the rows, in first-seen order."""
@@ -77,7 +89,8 @@ class Section:
     @property
     def primary_shape(self) -> tuple[int, ...] | None:
         """The shape :meth:`view` shows by default: the problem's seed size if held, else the newest rows'."""
-        seed = tuple(problems.get(self.problem).sizes.get("seed", ())) if self.problem in problems.names() else ()
+        spec = self.spec
+        seed = tuple(spec.sizes.get("seed", ())) if spec else ()
         if seed in self.shapes:
             return seed
         return tuple(max(self.rows, key=lambda r: r.date).shape) if self.rows else None
@@ -95,9 +108,11 @@ class Section:
     def taught(self) -> Section:
         """The teaching ladder's view of this section: its rows, checks and ncu counters of kind
         "ladder" (``"fused [ladder]"``, kernels/<problem>/ladder/) under their rungs' names as
-        variants, in place of the operators' rungs; the peers kept, the public operator left out.
-        What notebooks 01 and 02 show: the kernels they list are the ones timed. A section without
-        teaching rows (recorded before they were) is returned as it is."""
+        variants, in place of the operators' rungs, and the ladder's rung order
+        (``build.ladder.rungs``) as :attr:`ladder`, whatever the operators' rungs are; the peers
+        kept, the public operator left out. What notebooks 01 and 02 show: the kernels they list
+        are the ones timed. A section without teaching rows (recorded before they were) is
+        returned as it is."""
         def rung(name: str) -> str:
             return name.removesuffix(LADDER_TAG).strip()
 
@@ -113,22 +128,21 @@ class Section:
                 dataclasses.replace(c, implementation=rung(c.implementation), kind="variant")
                 if c.implementation.endswith(LADDER_TAG) else c
                 for c in ncu.records if c.implementation.endswith(LADDER_TAG) or c.kind == "peer"])
-        return dataclasses.replace(self, rows=rows, checks=checks, ncu=ncu)
+        return dataclasses.replace(self, rows=rows, checks=checks, ncu=ncu, rungs=ladder.rungs(self.problem))
 
     def view(self, shape=None, dtype: str | None = None) -> Section:
         """A copy holding only the rows at one shape and dtype (see :meth:`select`); checks, ceilings
         and ncu are kept."""
-        return Section(self.problem, self.device, self.multiprocessors, self.memory_bytes, self.compute_capability,
-                       self.select(shape, dtype), list(self.checks), self.ceilings, self.ncu, self.source,
-                       list(self.skipped))
+        return dataclasses.replace(self, rows=self.select(shape, dtype), checks=list(self.checks),
+                                   skipped=list(self.skipped))
 
     def sweep(self, dtype: str = "float32", direction: str = "forward") -> list[SweepLine]:
         """The rows at ``dtype`` and ``direction`` over every recorded shape, as one
         :class:`SweepLine` per implementation (variants first, in ladder order, then the peers),
         each line's points ordered by minimum bytes: what a time- or bandwidth-against-size figure
         plots. Lines with a single shape are kept (a rung timed only at the seed size)."""
-        spec = problems.get(self.problem) if self.problem in problems.names() else None
-        order = list(spec.variants) if spec else []
+        spec = self.spec
+        order = list(self.ladder)
         rows = [r for r in self.rows if r.dtype == dtype and r.direction == direction]
         names = sorted(dict.fromkeys(r.implementation for r in rows),
                        key=lambda n: (n not in order, order.index(n) if n in order else 0))
@@ -136,7 +150,7 @@ class Section:
         for name in names:
             mine = [r for r in rows if r.implementation == name]
             points = [SweepPoint(tuple(r.shape), r.shape[0] * r.shape[1],
-                                 problems.get(r.problem).cost(tuple(r.shape), direction, getattr(torch, dtype)).bytes,
+                                 spec.cost(tuple(r.shape), direction, getattr(torch, dtype)).bytes,
                                  r.median_ms, r.back_to_back_ms, r.host_ms, r.gbps, r.fraction_of_bandwidth,
                                  r.below_floor) for r in mine]
             lines.append(SweepLine(name, mine[0].kind, direction, dtype, sorted(points, key=lambda p: p.min_bytes)))
@@ -164,7 +178,7 @@ class Section:
         """The hash the section's results were measured with: the one hash when all share it,
         else the first that differs from today's sources (so a comparison says "not fresh")."""
         hashes = list(dict.fromkeys(self._stamps("sources_sha256")))
-        if len(hashes) <= 1 or self.problem not in problems.names():
+        if len(hashes) <= 1 or self.spec is None:
             return hashes[0] if hashes else ""
         current = sources_sha256(self.problem)
         return next((h for h in hashes if h != current), current)
@@ -208,10 +222,15 @@ class Section:
             raise ValueError(f"a section of the older format (with {', '.join(older)}), no longer read: re-record it")
         problem = data.get("problem") or problem or ""
         rows = [_row(r, data["device"]) for r in data.get("rows", [])]
-        checks = [_check(c) for c in data.get("checks", [])]
+        checks = [_from_fields(CheckResult, c, "check") for c in data.get("checks", [])]
         return cls(problem, data["device"], data.get("multiprocessors", 0), data.get("memory_bytes", 0),
                    data.get("compute_capability", ""), rows, checks, data.get("ceilings") or {}, data.get("ncu"),
                    data.get("source", "recorded"), [Skipped.from_dict(s) for s in data.get("skipped", [])])
+
+
+def registered_problem(name: str) -> problems.Problem | None:
+    """The registered Problem a record names (records hold names), or None for one no longer registered."""
+    return problems.get(name) if name in problems.names() else None
 
 
 def older_format_keys(data: dict) -> list[str]:
@@ -246,33 +265,33 @@ class SweepLine:
     points: list[SweepPoint] = field(default_factory=list)
 
 
+def _from_fields(cls: type, data, what: str):
+    """``data`` as a ``cls`` (a BenchRow or CheckResult): ``data`` itself if it is one, else built from
+    the dict of its fields (others ignored, the shape a tuple). Raises ValueError naming ``what``
+    for anything else, or a dict without the fields that have no default."""
+    if isinstance(data, cls):
+        return data
+    if not isinstance(data, dict):
+        raise ValueError(f"a {what} is a dict of {cls.__name__}'s fields; got {data!r:.80}")
+    values = {f.name: data[f.name] for f in fields(cls) if f.name in data}
+    missing = [f.name for f in fields(cls)
+               if f.default is MISSING and f.default_factory is MISSING and f.name not in values]
+    if missing:
+        raise ValueError(f"a {what} lacks {', '.join(missing)} (a {what} holds {cls.__name__}'s fields)")
+    values["shape"] = tuple(values.get("shape", ()))
+    return cls(**values)
+
+
 def _row(data, device: str) -> BenchRow:
     if isinstance(data, BenchRow):
         return data
-    if not isinstance(data, dict):
-        raise ValueError(f"a bench row is a dict of BenchRow's fields; got {data!r:.80}")
-    values = {k: v for k, v in data.items() if k in _ROW_FIELDS}
-    missing = [f for f in _ROW_REQUIRED if f not in values]
-    if missing:
-        raise ValueError(f"a bench row lacks {', '.join(missing)} (a row holds BenchRow's fields)")
-    values["shape"] = tuple(values.get("shape", ()))
-    row = BenchRow(**values)
-    if row.problem in problems.names() and row.shape and row.dtype:
-        flag_physical_floor(row, device)  # records made before the flag existed get it too
+    row = _from_fields(BenchRow, data, "bench row")
+    spec = registered_problem(row.problem)
+    if spec is not None and row.shape and row.dtype:
+        flag_physical_floor(row, device, spec)  # records made before the flag existed get it too
     return row
 
 
-def _check(data) -> CheckResult:
-    if isinstance(data, CheckResult):
-        return data
-    if not isinstance(data, dict):
-        raise ValueError(f"a check is a dict of CheckResult's fields; got {data!r:.80}")
-    values = {k: v for k, v in data.items() if k in _CHECK_FIELDS}
-    missing = [f for f in _CHECK_REQUIRED if f not in values]
-    if missing:
-        raise ValueError(f"a check lacks {', '.join(missing)} (a check holds CheckResult's fields)")
-    values["shape"] = tuple(values.get("shape", ()))
-    return CheckResult(**values)
 
 
 def merge(old: Section, new: Section, *, same_process: bool = False) -> Section:

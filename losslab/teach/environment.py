@@ -85,15 +85,15 @@ def table(env: Environment):
     return Html(html_table(["tool", "here", "what it is for"], body, text_columns=3), plain=plain)
 
 
-def _rungs(problem: str) -> str:
+def _rungs(problem: problems.Problem) -> str:
     """``"five rungs"``: how many rungs ``problem``'s ladder has, in words (the count from its rung table)."""
-    count = len(problems.get(problem).variants)
+    count = len(problem.variants)
     words = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
     return f"{words[count] if count < len(words) else count} rung{'s' if count != 1 else ''}"
 
 
 NOTEBOOKS = (
-    ("01_kl_div", f"The KL-divergence ladder: the loss, the cost model, {_rungs(kl_div.PROBLEM.name)} side by side, "
+    ("01_kl_div", f"The KL-divergence ladder: the loss, the cost model, {_rungs(kl_div.PROBLEM)} side by side, "
      "checks, timings.",
      "measures every rung live", "renders the newest recorded results"),
     ("02_cross_entropy", "The cross-entropy ladder, told the same way (ignore_index, log-sum-exp).",
@@ -117,6 +117,8 @@ NOTEBOOKS = (
     ("09_vocab_parallel", "Cross-entropy over several GPUs: the vocabulary split, one exchange of per-row statistics.",
      "shows the newest record (scripts/vocab_parallel_gpu.sh measures on two GPUs)",
      "shows the algebra and the newest record, or says none exists yet"),
+    ("10_loss_family", "KernelBench's other five losses, each added by the recipe: its ladder, checks and times.",
+     "shows each loss's newest record", "shows each loss's newest record, or says none exists yet"),
 )
 
 

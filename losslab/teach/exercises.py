@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from losslab import build, problems
+from losslab import build
 from losslab.present.html import Html
 from losslab.problems import cross_entropy, kl_div
 from losslab.teach import custom, isolated
@@ -367,15 +367,11 @@ class FusedVariant(custom.CustomVariant):
     """A custom variant whose forward writes dL/dp for grad_loss = 1 (the fused rung's contract:
     the forward gets a gradient buffer, the source's backward scales it in place)."""
 
-    def _host(self):
-        """The problem's module whose forward/backward run any rung's launchers (as custom's own)."""
-        return problems.get(self.problem).host
-
     def launch_forward(self, inputs, out=None, needs_grad=False, grad_out=None):
-        return self._host().forward(self.module.custom_forward, True, *inputs, out=out, grad_out=grad_out)
+        return self.problem.host.forward(self.module.custom_forward, True, *inputs, out=out, grad_out=grad_out)
 
     def launch_backward(self, saved, grad_loss, out=None):
-        return self._host().backward(self.module.custom_backward, True, saved, grad_loss, out=out)
+        return self.problem.host.backward(self.module.custom_backward, True, saved, grad_loss, out=out)
 
 
 def fused_checks_in_child(problem: str, name: str, cuda_source: str, root: str, sizes: list[str],

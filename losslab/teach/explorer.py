@@ -60,9 +60,10 @@ class Selection:
     ``knobs``: launch configurations to build and time beside the default rows (live), as
     (rung, {knob: value}) pairs, e.g. ``[("vectorized", {"THREADS": 128}), ("vectorized",
     {"THREADS": 512})]`` (stored as tuples). E.g. ``Selection("kl_div", ("vectorized",), "seed",
-    "bfloat16", sweep=True)``: time and bandwidth against size too."""
+    "bfloat16", sweep=True)``: time and bandwidth against size too. ``problem``: a Problem, or its
+    name (looked up once, here: a selection is the notebook's parameters)."""
 
-    problem: str
+    problem: problems.Problem
     variants: tuple[str, ...]
     size: str
     dtype: str = "float32"
@@ -70,6 +71,7 @@ class Selection:
     knobs: tuple = ()
 
     def __post_init__(self):
+        object.__setattr__(self, "problem", problems.get(self.problem))
         object.__setattr__(self, "knobs", tuple(
             (rung, tuple(values.items()) if isinstance(values, Mapping) else tuple(map(tuple, values)))
             for rung, values in self.knobs))
@@ -81,8 +83,8 @@ class Selection:
             ValueError: a rung, knob or value the problem does not have (one line naming it).
         """
         for rung, _ in self.knobs:
-            problems.get(self.problem).check_variant_name(rung)
-        return list(dict.fromkeys(knobs.config(self.problem, rung, dict(values)) for rung, values in self.knobs))
+            self.problem.check_variant_name(rung)
+        return list(dict.fromkeys(knobs.config(self.problem.name, rung, dict(values)) for rung, values in self.knobs))
 
 
 class Explorer:
@@ -118,32 +120,32 @@ class Explorer:
 
     # --- what can be chosen ---------------------------------------------------------------------
 
-    def dtypes(self, problem: str) -> list[str]:
+    def dtypes(self, problem: problems.Problem) -> list[str]:
         """dtype names selectable for ``problem``: those a variant has kernels for (live), or
         those the record holds."""
-        spec = problems.get(problem)
         if self.live:
-            found = {d for v in spec.variants for d in spec.dtypes(v)}
+            found = {d for v in problem.variants for d in problem.dtypes(v)}
             return [str(d).removeprefix("torch.") for d in (torch.float32, torch.bfloat16, torch.float16) if d in found]
         section = self.recorded(problem)
         return section.dtypes if section is not None and section.rows else ["float32"]
 
-    def recorded(self, problem: str) -> records.Section | None:
+    def recorded(self, problem: problems.Problem) -> records.Section | None:
         """The newest recorded section of ``problem`` (cached), or None."""
-        if problem not in self._recorded:
+        if problem.name not in self._recorded:
             folder = Path(self.results_dir) if self.results_dir else records.RESULTS_DIR
             try:
-                self._recorded[problem] = records.latest_section(problem, self.device, folder)
+                self._recorded[problem.name] = records.latest_section(problem, self.device, folder)
             except LookupError:
-                self._recorded[problem] = None
-        return self._recorded[problem]
+                self._recorded[problem.name] = None
+        return self._recorded[problem.name]
 
     # --- the rows ---------------------------------------------------------------------------------
 
-    def _measure(self, problem: str, implementation: str, shape: tuple[int, int], dtype: str) -> records.Section:
+    def _measure(self, problem: problems.Problem, implementation: str, shape: tuple[int, int],
+                 dtype: str) -> records.Section:
         from losslab.measure.ceilings import measure_ceilings
 
-        key = (problem, implementation, shape, dtype, self.repeats)
+        key = (problem.name, implementation, shape, dtype, self.repeats)
         if key not in self._measured:
             if self._ceilings is None:
                 self._ceilings = measure_ceilings()
@@ -181,7 +183,7 @@ class Explorer:
     def section(self, sel: Selection) -> records.Section | None:
         """The selected variants and the peers as one section: measured now (only what is not
         cached) or filtered from the record; None when not live and nothing is recorded."""
-        spec = problems.get(sel.problem)
+        spec = sel.problem
         if not self.live:
             section = self.recorded(sel.problem)
             if section is None:
@@ -204,7 +206,7 @@ class Explorer:
         "x rung below" of a launch configuration's row is against the rung's default build."""
         if section is None or not section.rows:
             return []
-        spec = problems.get(sel.problem)
+        spec = sel.problem
         ladder = list(spec.variants)
         below = [ladder[ladder.index(v) - 1] for v in sel.variants if v in ladder and ladder.index(v) > 0]
         below = [v for v in dict.fromkeys(below) if v not in sel.variants]
@@ -228,21 +230,21 @@ class Explorer:
             rows = [r for r in section.rows if r.kind == "peer" or r.implementation in sel.variants]
             skipped = [s for s in section.skipped if s.dtype == sel.dtype and s.implementation in (*sel.variants, "*")]
             return dataclasses.replace(section, rows=rows, checks=[]), skipped
-        spec, dtype = problems.get(sel.problem), getattr(torch, sel.dtype)
+        spec, dtype = sel.problem, getattr(torch, sel.dtype)
         measured, skipped = [], []
-        for shape in self.sweep_shapes.get(sel.problem, ()):
+        for shape in self.sweep_shapes.get(spec.name, ()):
             shape = tuple(shape)
             torch.cuda.empty_cache()
             needed, (free, _) = bench.sweep_memory_bytes(sel.problem, shape, dtype), torch.cuda.mem_get_info()
             if needed > free:
-                skipped.append(bench.Skipped(sel.problem, shape, sel.dtype, "*", f"needs about {needed / 1e9:.1f} GB "
+                skipped.append(bench.Skipped(spec.name, shape, sel.dtype, "*", f"needs about {needed / 1e9:.1f} GB "
                                              f"of device memory; {free / 1e9:.1f} GB are free"))
                 continue
             for impl in (*sel.variants, *self.peers):
                 if impl in spec.variants and dtype not in spec.dtypes(impl):
                     continue
                 if impl in spec.variants and (reason := bench.hopeless_reason(sel.problem, impl, shape)):
-                    skipped.append(bench.Skipped(sel.problem, shape, sel.dtype, impl, reason))
+                    skipped.append(bench.Skipped(spec.name, shape, sel.dtype, impl, reason))
                     continue
                 measured.append(self._measure(sel.problem, impl, shape, sel.dtype))
         return (records.combine(measured) if measured else None), skipped
@@ -252,14 +254,14 @@ class Explorer:
     def note(self, sel: Selection, section: records.Section | None) -> Html:
         """Where the numbers come from and what of the selection they cover (the launch note is
         shown once, by :meth:`show` and :meth:`widget`, not per render)."""
-        spec = problems.get(sel.problem)
+        spec = sel.problem
         rows, cols = spec.sizes[sel.size]
         parts = []
         if section is None:
-            parts.append(f"No GPU here and no recorded results for {sel.problem}: only the cost model below. "
-                         f"Run `python -m losslab bench {sel.problem}` on a GPU machine and commit the record.")
+            parts.append(f"No GPU here and no recorded results for {spec.name}: only the cost model below. "
+                         f"Run `python -m losslab bench {spec.name}` on a GPU machine and commit the record.")
         elif section.source == "live":
-            parts.append(f"LIVE on {section.device}: {sel.problem} {rows}x{cols} {sel.dtype}, median of "
+            parts.append(f"LIVE on {section.device}: {spec.name} {rows}x{cols} {sel.dtype}, median of "
                          f"{self.repeats} calls; {self.measurements} measurement(s) so far, each cached.")
         else:
             shape = section.rows[0].shape if section.rows else section.primary_shape
@@ -282,7 +284,7 @@ class Explorer:
     def cost_table(self, sel: Selection, section: records.Section | None) -> Html:
         """The cost model at the selected size in the selected dtype, with the floor at the
         measured bandwidth of ``section``'s device when there is one."""
-        shape = problems.get(sel.problem).sizes[sel.size]
+        shape = sel.problem.sizes[sel.size]
         if section is None or not section.ceilings.get("read_gbps"):
             return tables.cost_table(sel.problem, shape, dtype=sel.dtype)
         return tables.cost_table(sel.problem, shape, bandwidth_gbps(section), sel.dtype, measured_where(section))
@@ -298,7 +300,7 @@ class Explorer:
         the same host code and eager path as the default build (``losslab.variant(...,
         knobs=...)``), its rows labelled ``"vectorized [THREADS=512, UNROLL=4]"`` beside the
         default rows. Without a GPU, never a number that was not measured."""
-        declared = [k for v in sel.variants for k in knobs.knobs(sel.problem, v)]
+        declared = [k for v in sel.variants for k in knobs.knobs(sel.problem.name, v)]
         rows = [[html.escape(k.rung), f"<code>{k.name}</code>", html.escape(k.meaning), str(k.default),
                  " ".join(map(str, k.allowed))] for k in declared]
         example = next((f'("{k.rung}", {{"{k.name}": {k.allowed[-1]}}})' for k in declared), "")
@@ -306,7 +308,7 @@ class Explorer:
                 "(about a minute the first time, then cached by those flags), checked on the way by the kernel's "
                 "static_asserts, and timed exactly as the default rows, through the same host code; its rows are "
                 "labelled with the configuration (e.g. "
-                + (knobs.config(sel.problem, declared[0].rung).label if declared else "vectorized [THREADS=512]")
+                + (knobs.config(sel.problem.name, declared[0].rung).label if declared else "vectorized [THREADS=512]")
                 + ") and their \u00d7 rung below is against the rung's default build.")
         if self.live:
             asked = ", ".join(c.label for c in sel.configs()) or "none yet"
@@ -359,9 +361,9 @@ class Explorer:
         charts_ = [charts.sweep_chart(section, sel.dtype, d) for d in directions]
         figures = [c for c in charts_ if not isinstance(c, Html)]
         if not figures:
-            text = (f"No sweep of {sel.problem} in {sel.dtype} to plot: " + (
+            text = (f"No sweep of {sel.problem.name} in {sel.dtype} to plot: " + (
                 "the record holds it at one size only" if section is not None and section.rows else "nothing recorded")
-                + f"; record one with `python -m losslab bench {sel.problem} --sweep` on a GPU machine.")
+                + f"; record one with `python -m losslab bench {sel.problem.name} --sweep` on a GPU machine.")
             figures = [Html(f"<p>{html.escape(text)}</p>", plain=text)]
         if skipped:
             lines = [f"{'x'.join(map(str, s.shape))} {s.implementation}: {s.reason}" for s in skipped]
@@ -389,7 +391,7 @@ class Explorer:
         """Display the launch note once, then :meth:`render`'s outputs: the static path, for papermill."""
         from IPython.display import display
 
-        display(launch_html(sel.problem, problems.get(sel.problem).variants))
+        display(launch_html(sel.problem.name, sel.problem.variants))
         for item in self.render(sel):
             display(item)
 
@@ -402,8 +404,8 @@ class Explorer:
         import ipywidgets as w
         from IPython.display import display
 
-        spec = problems.get(sel.problem)
-        problem_w = w.Dropdown(options=problems.names(), value=sel.problem, description="problem")
+        spec = sel.problem
+        problem_w = w.Dropdown(options=problems.names(), value=spec.name, description="problem")
         variants_w = w.SelectMultiple(options=spec.variants, value=sel.variants, rows=6, description="variants")
         size_w = w.Dropdown(options=list(spec.sizes), value=sel.size, description="size")
         dtype_w = w.Dropdown(options=self.dtypes(sel.problem), value=sel.dtype, description="dtype")
@@ -411,7 +413,7 @@ class Explorer:
         repeats_w = w.IntSlider(value=self.repeats, min=3, max=50, continuous_update=False, description="repeats",
                                 disabled=not self.live)
         out = w.Output()  # no fixed height: the page grows with the outputs instead of a scroll box
-        launch = w.HTML(str(launch_html(sel.problem, spec.variants)), layout=w.Layout(width="420px"))
+        launch = w.HTML(str(launch_html(spec.name, spec.variants)), layout=w.Layout(width="420px"))
         updating = {"now": False}
         # launch knobs: the controls of one rung's knobs; "build and time" adds a configuration (live)
         tried = list(sel.knobs)
@@ -458,12 +460,12 @@ class Explorer:
             refresh()
 
         def on_problem(change):
-            new = problems.get(change["new"])
+            new = problems.get(change["new"])  # the dropdown names it
             updating["now"] = True
             variants_w.options, variants_w.value = new.variants, tuple(new.variants)
             size_w.options = list(new.sizes)
             size_w.value = sel.size if sel.size in new.sizes else "small"
-            dtype_w.options, dtype_w.value = self.dtypes(new.name), "float32"
+            dtype_w.options, dtype_w.value = self.dtypes(new), "float32"
             launch.value = str(launch_html(new.name, new.variants))
             tried.clear()
             set_knob_rungs()

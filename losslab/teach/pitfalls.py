@@ -34,7 +34,7 @@ from losslab.problems import cross_entropy, kl_div
 from losslab.teach import custom, isolated
 
 SOURCES = build.ROOT / "pitfalls"
-KL_DIV, CROSS_ENTROPY = kl_div.PROBLEM.name, cross_entropy.PROBLEM.name  # the losses the pitfalls are in
+KL_DIV, CROSS_ENTROPY = kl_div.PROBLEM, cross_entropy.PROBLEM  # the losses the pitfalls are in
 RECORDS = records.RESULTS_DIR / "pitfalls"  # a subfolder: records.load_records reads only *.json at the top
 CHECK_SIZES = ("small", "odd")
 DETERMINISM_SHAPE, DETERMINISM_RUNS = (4096, 4096), 20
@@ -73,7 +73,7 @@ class Pitfall:
     """
 
     key: str
-    problem: str
+    problem: problems.Problem
     title: str
     mistake: str
     symptom: str
@@ -85,7 +85,7 @@ class Pitfall:
 
     @property
     def source(self) -> Path | None:
-        return None if self.host else SOURCES / self.problem / f"{self.key}.cu"
+        return None if self.host else SOURCES / self.problem.name / f"{self.key}.cu"
 
 
 PITFALLS = (
@@ -161,21 +161,20 @@ class HostPitfall(custom.PythonVariant):
     """A wrapper mistake around a correct kernel: the shipped ``rung``'s launchers, with the
     host-side code of pitfall ``key`` around them."""
 
-    def __init__(self, key: str, problem: str = KL_DIV, rung: str = "warp_shuffle"):
+    def __init__(self, key: str, problem: problems.Problem = KL_DIV, rung: str = "warp_shuffle"):
         self.key, self.problem, self.rung = key, problem, rung
         self.name = f"pitfall_{key}"
 
     def launch_forward(self, inputs, out=None, needs_grad=False, grad_out=None):
-        spec = problems.get(self.problem)
-        loss, saved = spec.launch_forward(self.rung, inputs, out=out, needs_grad=needs_grad, grad_out=grad_out)
+        loss, saved = self.problem.launch_forward(self.rung, inputs, out=out, needs_grad=needs_grad, grad_out=grad_out)
         if self.key == "item_sync" and not loss.isfinite().item():  # PITFALL: waits for the GPU
-            warnings.warn(f"{self.problem}: non-finite loss", stacklevel=2)
+            warnings.warn(f"{self.problem.name}: non-finite loss", stacklevel=2)
         if self.key == "one_element":
             loss = loss.reshape(1)  # PITFALL: PyTorch returns a 0-d tensor
         return loss, saved
 
     def launch_backward(self, saved, grad_loss, out=None):
-        return problems.get(self.problem).launch_backward(self.rung, saved, grad_loss.reshape(()), out=out)
+        return self.problem.launch_backward(self.rung, saved, grad_loss.reshape(()), out=out)
 
 
 def variant(key: str) -> custom.PythonVariant:
@@ -190,8 +189,7 @@ def variant(key: str) -> custom.PythonVariant:
 
 def _determinism(v: custom.PythonVariant) -> dict:
     """The loss of ``DETERMINISM_RUNS`` forwards on the same inputs: how many distinct values."""
-    spec = problems.get(v.problem)
-    inputs = spec.make_inputs(DETERMINISM_SHAPE, seed=0, device="cuda")
+    inputs = v.problem.make_inputs(DETERMINISM_SHAPE, seed=0, device="cuda")
     with torch.no_grad():
         losses = [v(*inputs).item() for _ in range(DETERMINISM_RUNS)]
     return {"shape": list(DETERMINISM_SHAPE), "runs": DETERMINISM_RUNS, "distinct_losses": len(set(losses)),
@@ -230,7 +228,7 @@ def _timeline(v: custom.PythonVariant, reference: str = "warp_shuffle") -> dict:
     overhead of Python, the dispatcher and the launches) and of wall time per call."""
     from losslab.ops import variant as shipped
 
-    spec = problems.get(v.problem)
+    spec = v.problem
     inputs = spec.make_inputs(spec.sizes[TIMELINE_SIZE], seed=0, device="cuda")
     cycles = int(QUEUED_MS * _sleep_cycles_per_ms())
     out = {"shape": list(spec.sizes[TIMELINE_SIZE]), "calls": TIMELINE_CALLS, "queued_calls": QUEUED_CALLS,
@@ -269,7 +267,7 @@ def launch_once(key: str | None, rows: int, cols: int, rung: str | None = None) 
 
     fn = variant(key) if key else shipped(KL_DIV, rung)
     problem = get(key).problem if key else KL_DIV
-    inputs = problems.get(problem).make_inputs((rows, cols), seed=0, device="cuda")
+    inputs = problem.make_inputs((rows, cols), seed=0, device="cuda")
     with torch.no_grad():
         loss = float(fn(*inputs))
     torch.cuda.synchronize()
@@ -412,14 +410,13 @@ def run(key: str, sizes: tuple[str, ...] = CHECK_SIZES, edge_cases: bool = True)
         raise RuntimeError("running the pitfalls needs a CUDA GPU and none is visible here")
     p = get(key)
     v = variant(key)
-    spec = problems.get(p.problem)
-    checks = [c for s in sizes for c in check_variant(p.problem, v, spec.sizes[s], seed=0)]
+    checks = [c for s in sizes for c in check_variant(p.problem, v, p.problem.sizes[s], seed=0)]
     if edge_cases:
         checks += check_edge_cases(p.problem, v)
     failed = [c for c in checks if not c.passed]
     forward = [c.error for c in checks if c.direction == "forward"]
     probe = PROBES[p.probe](key, v) if p.probe else None
-    return {"key": key, "problem": p.problem, "checks": [c.as_dict() for c in checks], "failed": len(failed),
+    return {"key": key, "problem": p.problem.name, "checks": [c.as_dict() for c in checks], "failed": len(failed),
             "worst_forward_error": max(forward, default=float("nan")),
             "first_failure": (f"{failed[0].direction} {failed[0].case}: error {failed[0].error:.3g}"
                               f"{' (' + failed[0].detail + ')' if failed[0].detail else ''}") if failed else "",
@@ -443,7 +440,8 @@ def run_isolated(key: str, timeout_s: float | None = None) -> dict:
     outcome = isolated.run("losslab.teach.pitfalls:run", {"key": key}, timeout_s)
     if outcome.ok:
         return outcome.value
-    return {"key": key, "problem": get(key).problem, "checks": [], "failed": 0, "worst_forward_error": float("nan"),
+    return {"key": key, "problem": get(key).problem.name, "checks": [], "failed": 0,
+            "worst_forward_error": float("nan"),
             "first_failure": f"{outcome.status}: {outcome.message}", "probe": None, "fault": outcome.format()}
 
 

@@ -7,7 +7,17 @@ One module per job: ``steps`` (× rung below per direction, naive's launch again
 predicted times scored) and ``long_rows`` (cross_entropy's rows too long for one SM, and cluster).
 Every public name is re-exported here: ``evidence.<name>`` is the way to use them.
 """
-from losslab.present.evidence.claims import Claim, claims, claims_table, fraction_of_ceiling, fraction_statement
+from losslab.present.evidence.claims import (
+    GENERIC,
+    Claim,
+    claim_keys,
+    claims,
+    claims_table,
+    declared,
+    fraction_of_ceiling,
+    fraction_statement,
+    roof_claims,
+)
 from losslab.present.evidence.counters import (
     COUNTERS,
     ELSEWHERE_SHARE,
@@ -54,11 +64,11 @@ from losslab.present.evidence.steps import (
     timed_row,
 )
 
-__all__ = ["CLUSTER_SASS", "COUNTERS", "DIRECTIONS", "ELSEWHERE_SHARE", "LONG_ROWS", "LONG_ROW_DTYPES",
+__all__ = ["CLUSTER_SASS", "COUNTERS", "DIRECTIONS", "ELSEWHERE_SHARE", "GENERIC", "LONG_ROWS", "LONG_ROW_DTYPES",
            "MAX_WARPS_PER_SM", "MEANINGS", "NOT_RECORDED", "READ_ONCE_CASES", "RERECORD", "STALL_MEANING",
-           "WHY_ELSEWHERE", "Claim", "Elsewhere", "LongRow", "Parallelism", "Step", "claims", "claims_table",
-           "cluster_claims", "cluster_machine_code", "counters", "counters_table", "dram_over_minimum",
-           "fraction_of_ceiling", "fraction_statement", "long_rows", "long_rows_after", "long_rows_before",
-           "mufu_headroom", "naive_parallelism", "naive_step_ratio", "ncu_record", "predict", "score_prediction",
-           "split_rung", "step", "step_on_devices", "steps", "steps_table", "threads_per_block", "timed_row",
-           "work_elsewhere", "work_elsewhere_note"]
+           "WHY_ELSEWHERE", "Claim", "Elsewhere", "LongRow", "Parallelism", "Step", "claim_keys", "claims",
+           "claims_table", "cluster_claims", "cluster_machine_code", "counters", "counters_table", "declared",
+           "dram_over_minimum", "fraction_of_ceiling", "fraction_statement", "long_rows", "long_rows_after",
+           "long_rows_before", "mufu_headroom", "naive_parallelism", "naive_step_ratio", "ncu_record", "predict",
+           "roof_claims", "score_prediction", "split_rung", "step", "step_on_devices", "steps", "steps_table",
+           "threads_per_block", "timed_row", "work_elsewhere", "work_elsewhere_note"]

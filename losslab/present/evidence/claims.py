@@ -1,11 +1,14 @@
 """The claims notebooks 01-03 make about a ladder, each with the measured number behind it.
 
-:func:`claims` checks each claim on a record (None where the record lacks the data);
-:func:`claims_table` shows them. A cpu-tier test asserts every claim holds on the committed records.
+:func:`claims` checks each claim on a record (None where the record lacks the data): the generic
+ones (:data:`GENERIC`) of every ladder, and those the loss declares in its ``claims.py``
+(:func:`declared`); :func:`claims_table` shows them. A cpu-tier test asserts every claim holds on
+the committed records.
 """
 from __future__ import annotations
 
 import html
+import importlib
 import math
 from dataclasses import dataclass
 
@@ -14,6 +17,11 @@ from losslab.present.evidence.counters import NOT_RECORDED, counters, dram_over_
 from losslab.present.evidence.steps import MAX_WARPS_PER_SM, naive_parallelism, step, timed_row
 from losslab.present.html import Html, markdown, no_results, table
 from losslab.present.results import bandwidth_gbps
+from losslab.records.freshness import CLAIMS_MODULE
+
+# the claims made of every ladder (naive, shared_memory, warp_shuffle, vectorized, ...), whatever the loss
+GENERIC = ("naive_parallelism", "naive_dram_minimum", "shuffle_flat", "scalar_saturates", "above_roof_below_datasheet",
+           "naive_active_sms", "coalescing", "fewer_barriers")
 
 
 @dataclass(frozen=True)
@@ -39,7 +47,7 @@ def fraction_of_ceiling(section: records.Section, row) -> float:
     time: 1.0 on the measured roof, above 1 faster than the reference kernels that set it."""
     from losslab.present.tables import floor_ms
 
-    return floor_ms(row.problem, tuple(row.shape), row.direction, bandwidth_gbps(section), row.dtype) / row.median_ms
+    return floor_ms(section.spec, tuple(row.shape), row.direction, bandwidth_gbps(section), row.dtype) / row.median_ms
 
 
 def _fraction_claim(section, key, rung, direction, minimum) -> Claim:
@@ -51,7 +59,7 @@ def _fraction_claim(section, key, rung, direction, minimum) -> Claim:
 
 
 def _naive_claims(section: records.Section) -> list[Claim]:
-    naive = problems.get(section.problem).variants[0]
+    naive = section.ladder[0]
     par = naive_parallelism(section, naive)
     excess = dram_over_minimum(section, naive, "forward")
     dram = (f"{naive} forward reads {excess:.4f} x the minimum bytes from DRAM (uncoalesced loads cost L1/L2 "
@@ -61,18 +69,28 @@ def _naive_claims(section: records.Section) -> list[Claim]:
             Claim(section.problem, "naive_dram_minimum", dram, None if excess is None else excess < 1.02)]
 
 
-def _roof_claims(section: records.Section, best: str) -> list[Claim]:
+def roof_claims(section: records.Section, best: str = "vectorized") -> list[Claim]:
+    """The claims notebook 03 makes of any problem's ``section``, whatever its ladder: how far
+    ``best``'s forward runs below the special-function (MUFU) ceiling, claimed near (less than 8x)
+    or far as the loss's ``claims.py`` declares (``MUFU_ROOF``; holds None where the record has no
+    MUFU ceiling or ``best`` row, or the loss declares nothing), and every row above the measured
+    ceiling stays below the datasheet peak."""
+    section = section.view()
     headroom = mufu_headroom(section, best, "forward")
+    roof = declared(section.spec, "MUFU_ROOF", None)
     sheet = section.ceilings.get("datasheet") or {}
     limit = sheet.get("memory_gbps", 0) / (section.ceilings.get("read_gbps") or math.inf)
     fraction = {id(r): fraction_of_ceiling(section, r) for r in section.rows}
     above = [r for r in section.rows if fraction[id(r)] > 1 and not r.below_floor]
     worst = max(above, key=lambda r: fraction[id(r)], default=None)
+    if headroom is None:
+        mufu = f"{best} forward: no MUFU headroom (no MUFU ceiling or row recorded, or no transcendental in the model)"
+    else:
+        near = "less than 8x: the MUFU roof is near" if headroom < 8 else "8x or more: the MUFU roof is far"
+        mufu = f"{best} forward runs {headroom:.1f}x below the special-function (MUFU) ceiling ({near})"
     return [
-        Claim(section.problem, "mufu_headroom",
-              f"{best} forward runs {headroom:.1f}x below the special-function (MUFU) ceiling (less than 8x: the "
-              "MUFU roof is near)" if headroom else "no MUFU ceiling recorded", None if headroom is None else
-              headroom < 8),
+        Claim(section.problem, "mufu_headroom", mufu,
+              None if headroom is None or roof is None else (headroom < 8) == (roof == "near")),
         Claim(section.problem, "above_roof_below_datasheet",
               (f"{len(above)} rows above the measured ceiling, the highest {worst.implementation} {worst.direction} "
                f"at {fraction[id(worst)]:.0%}, all below the datasheet peak ({limit:.0%} of it)") if worst
@@ -91,7 +109,7 @@ def _falls(section, key, lower, upper, name, what) -> Claim:
 
 
 def _counter_claims(section: records.Section) -> list[Claim]:
-    naive, shared, shuffle, *_ = problems.get(section.problem).variants
+    naive, shared, shuffle, *_ = section.ladder
     active = counters(section).get((naive, "forward"), {}).get("active_sms")
     sms = section.multiprocessors
     return [Claim(section.problem, "naive_active_sms",
@@ -102,19 +120,44 @@ def _counter_claims(section: records.Section) -> list[Claim]:
                    "shuffles replace the barrier-separated tree")]
 
 
+def declared(problem: problems.Problem, name: str, default):
+    """The constant ``name`` of ``problem``'s claims module (``losslab/problems/<loss>/claims.py``:
+    what the notebooks claim of that loss, e.g. ``MUFU_ROOF``), or ``default`` where it declares none."""
+    package = type(problem).__module__.rpartition(".")[0]
+    module = importlib.import_module(f"{package}.{CLAIMS_MODULE.removesuffix('.py')}")
+    return getattr(module, name, default)
+
+
+def claim_keys(problem: problems.Problem) -> set[str]:
+    """The keys of the claims :func:`claims` makes of ``problem``'s ladder: :data:`GENERIC`, its
+    step claims, and ``mufu_headroom`` where its claims module declares a ``MUFU_ROOF``."""
+    mufu = {"mufu_headroom"} if declared(problem, "MUFU_ROOF", None) else set()
+    return set(GENERIC) | {c[0] for c in problem.step_claims} | mufu
+
+
 def claims(section: records.Section) -> list[Claim]:
-    """Every claim notebooks 01-03 make about ``section``'s problem, checked on its view."""
+    """Every claim notebooks 01-03 make about ``section``'s problem, checked on its view: those of
+    :func:`claim_keys` (the MUFU claim only where the loss declares one).
+
+    Raises:
+        ValueError: the section's ladder has fewer than four rungs (naive .. vectorized): an
+            operators' rung table; use its teaching ladder (``Section.taught``).
+    """
     section = section.view()
-    naive, shared, shuffle, vector, *_ = problems.get(section.problem).variants
+    if len(section.ladder) < 4:
+        raise ValueError(f"section: {section.problem}'s rungs {', '.join(section.ladder)} are no teaching ladder "
+                         "(naive, shared_memory, warp_shuffle, vectorized, ...); pass section.taught()")
+    naive, shared, shuffle, vector, *_ = section.ladder
     out = _naive_claims(section)
     out.append(_step_claim(section, "shuffle_flat", shared, shuffle, "forward", 0.9, 1.1,
                            "within 10%: the tree's steps are a small part of a row's time at this size"))
-    spec = problems.get(section.problem)
+    spec = section.spec
     rung, direction, least = spec.saturates
     out.append(_fraction_claim(section, "scalar_saturates", rung, direction, least))
     out += [_step_claim(section, key, lower, upper, direction, low, high, why)
             for key, lower, upper, direction, low, high, why in spec.step_claims]
-    return out + _roof_claims(section, vector) + _counter_claims(section)
+    keys = claim_keys(spec)
+    return out + [c for c in roof_claims(section, vector) if c.key in keys] + _counter_claims(section)
 
 
 def claims_table(section: records.Section | None, found: list[Claim] | None = None) -> Html:

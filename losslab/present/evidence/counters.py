@@ -86,7 +86,7 @@ def counters_table(section: records.Section | None, direction: str = "forward",
     found = {k: v for k, v in counters(section).items() if k[1] == direction and (rungs is None or k[0] in rungs)}
     if not found:
         return message(NOT_RECORDED)
-    rungs = [r for r in problems.get(section.problem).variants if (r, direction) in found]
+    rungs = [r for r in section.ladder if (r, direction) in found]
     names = list(dict.fromkeys(n for v in found.values() for n in v))
 
     def fmt(v) -> str:
@@ -110,7 +110,7 @@ def dram_over_minimum(section: records.Section, implementation: str, direction: 
     rec = ncu_record(section, implementation, direction)
     if rec is None or tuple(section.ncu.shape) != tuple(section.primary_shape or ()):
         return None
-    cost = problems.get(section.problem).cost(tuple(section.primary_shape), direction)
+    cost = section.spec.cost(tuple(section.primary_shape), direction)
     return rec.dram_bytes_read / cost.bytes_read
 
 
@@ -123,7 +123,7 @@ def mufu_headroom(section: records.Section, implementation: str, direction: str 
     row = next((r for r in section.rows if (r.implementation, r.direction) == (implementation, direction)), None)
     if not tops or row is None:
         return None
-    cost = problems.get(section.problem).cost(tuple(row.shape), direction, getattr(torch, row.dtype))
+    cost = section.spec.cost(tuple(row.shape), direction, getattr(torch, row.dtype))
     if not cost.transcendentals:
         return None
     return tops * 1e12 * cost.flops / cost.transcendentals / (cost.flops / (row.median_ms * 1e-3))
@@ -134,8 +134,8 @@ def mufu_headroom(section: records.Section, implementation: str, direction: str 
 # below this share of its minimum bytes, a direction's kernels did not do its work (Nsight Compute)
 ELSEWHERE_SHARE = 0.01
 # why an implementation's direction does no work of its own, where the reason is known
-WHY_ELSEWHERE = {(peer, name, direction): why for name in problems.names()
-                 for (peer, direction), why in problems.get(name).peer_notes.items()}
+WHY_ELSEWHERE = {(peer, spec.name, direction): why for spec in problems.registered()
+                 for (peer, direction), why in spec.peer_notes.items()}
 
 
 @dataclass(frozen=True)
@@ -172,7 +172,7 @@ def work_elsewhere(section: records.Section | None) -> list[Elsewhere]:
     for row in section.rows:
         rec = ncu_record(section, row.implementation, row.direction) if profiled else None
         known = WHY_ELSEWHERE.get((row.implementation, row.problem, row.direction))
-        cost = problems.get(row.problem).cost(tuple(row.shape), row.direction, getattr(torch, row.dtype))
+        cost = section.spec.cost(tuple(row.shape), row.direction, getattr(torch, row.dtype))
         moved = None if rec is None else (rec.dram_bytes_read or 0) + (rec.dram_bytes_written or 0)
         if (moved is not None and moved < ELSEWHERE_SHARE * cost.bytes) or (moved is None and known):
             why = known or "Its work was done in another direction (as a gradient written in the forward)."

@@ -31,16 +31,16 @@ READ_ONCE_CASES = (((4096, 131072), "float32"),)
 RERECORD = "python -m losslab bench cross_entropy --sweep --dtypes float32,bfloat16"
 
 
-def split_rung(problem: str) -> tuple[str, str]:
+def split_rung(problem: problems.Problem) -> tuple[str, str]:
     """(lower, upper): the rung that splits a long row over a cluster and the rung it falls back
     to, from the rung table (``Rung.falls_back_to``).
 
     Raises:
         ValueError: ``problem`` has no rung that falls back to another.
     """
-    found = [(r.falls_back_to, r.name) for r in problems.get(problem).rungs if r.falls_back_to]
+    found = [(r.falls_back_to, r.name) for r in problem.rungs if r.falls_back_to]
     if not found:
-        raise ValueError(f"problem: {problem} has no rung that falls back to another (no cluster rung)")
+        raise ValueError(f"problem: {problem.name} has no rung that falls back to another (no cluster rung)")
     return found[0]
 
 
@@ -83,8 +83,8 @@ def long_rows(section: records.Section) -> list[LongRow]:
     Raises:
         ValueError: ``section`` is not of cross_entropy (no cluster rung).
     """
-    lower, upper = split_rung(section.problem)
-    spec = problems.get(section.problem)
+    lower, upper = split_rung(section.spec)
+    spec = section.spec
     found = {(tuple(r.shape), r.dtype, r.implementation): r for r in section.rows
              if r.direction == "forward_backward" and r.kind == "variant"}
     out = []
@@ -115,7 +115,7 @@ def long_rows_before(section: records.Section | None) -> Html:
     kernel that reads the logits twice can reach. One line where the record holds none of it."""
     if section is None:
         return no_results("long-row sweep")
-    lower, _ = split_rung(section.problem)
+    lower, _ = split_rung(section.spec)
     found = [r for r in long_rows(section) if r.lower_ms is not None]
     if not found:
         return message(f"{_where(section)} holds no {lower} forward+backward rows at "
@@ -135,7 +135,7 @@ def long_rows_after(section: records.Section | None) -> Html:
     where the record holds no cluster row at these shapes (nothing else is shown)."""
     if section is None:
         return no_results("long-row sweep")
-    lower, upper = split_rung(section.problem)
+    lower, upper = split_rung(section.spec)
     found = long_rows(section)
     if not any(r.cluster_ms is not None for r in found):
         return message(f"{_where(section)} holds no {upper} rows at {' or '.join(f'{a} x {b}' for a, b in LONG_ROWS)} "
@@ -176,7 +176,7 @@ def cluster_claims(section: records.Section | None) -> list[Claim]:
     """
     if section is None:
         return []
-    lower, upper = split_rung(section.problem)
+    lower, upper = split_rung(section.spec)
     out = []
     for r in long_rows(section):
         key = f"{r.shape[0]}x{r.shape[1]}_{r.dtype}"
@@ -218,7 +218,7 @@ CLUSTER_SASS = (
 )
 
 
-def cluster_machine_code(problem: str, arch: str = "sm_90") -> Html:
+def cluster_machine_code(problem: problems.Problem, arch: str = "sm_90") -> Html:
     """The :data:`CLUSTER_SASS` instructions in the float32 forward kernel of ``problem``'s
     cluster rung, compiled here for ``arch`` (no GPU needed): per instruction its count and its
     first line (opcode and operands). One line where nvcc or cuobjdump is missing.
@@ -232,7 +232,7 @@ def cluster_machine_code(problem: str, arch: str = "sm_90") -> Html:
     _, upper = split_rung(problem)
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            cubin, _ = compile_cubin(KERNELS / problem / f"{upper}.cu", arch, Path(tmp))
+            cubin, _ = compile_cubin(KERNELS / problem.name / f"{upper}.cu", arch, Path(tmp))
             code = disassemble(cubin)
     except (BuildError, OSError):
         return message(NO_NVCC)
@@ -246,6 +246,6 @@ def cluster_machine_code(problem: str, arch: str = "sm_90") -> Html:
     body = [[f"<code>{op}</code>", html.escape(meaning), f"<code>{html.escape(first)}</code>", str(n)]
             for op, n, first, meaning in rows]
     plain = "\n".join(f"{op:15} {n:3}  {first:44}  {meaning}" for op, n, first, meaning in rows)
+    caption = f"kernels/{problem.name}/{upper}.cu, float32 forward kernel, SASS for {arch} (compiled here)"
     return Html(table(["instruction", "what it carries", "first line", "count"], body, text_columns=3,
-                      caption=f"kernels/{problem}/{upper}.cu, float32 forward kernel, SASS for {arch} (compiled here)"),
-                plain=plain)
+                      caption=caption), plain=plain)

@@ -1,7 +1,7 @@
 """Predict, then measure: the reader's predicted times for each rung, scored against the record."""
 from __future__ import annotations
 
-from losslab import problems, records
+from losslab import records
 from losslab.present.evidence.steps import timed_row
 from losslab.present.html import Html, no_results, table
 from losslab.present.results import bandwidth_gbps
@@ -20,8 +20,8 @@ def predict(section: records.Section | None, predicted_ms: dict | float | None =
     if section is None or not section.rows:
         return {}
     section = section.view()
-    rungs = [r for r in problems.get(section.problem).variants if timed_row(section, r, direction)]
-    floor = floor_ms(section.problem, tuple(section.primary_shape), direction, bandwidth_gbps(section),
+    rungs = [r for r in section.ladder if timed_row(section, r, direction)]
+    floor = floor_ms(section.spec, tuple(section.primary_shape), direction, bandwidth_gbps(section),
                      section.primary_dtype or "float32")
     given = predicted_ms if isinstance(predicted_ms, dict) else dict.fromkeys(rungs, predicted_ms)
     out = {}

@@ -7,12 +7,13 @@ against the device's SM count (:func:`naive_parallelism`, :func:`naive_step_rati
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 import torch
 
 from losslab import problems, records
-from losslab.build import KERNELS, knobs
+from losslab.build import KERNELS, knobs, ladder
 from losslab.present.html import Html, markdown, no_results, table
 from losslab.present.results import bandwidth_gbps
 
@@ -46,7 +47,7 @@ def steps(section: records.Section) -> list[Step]:
     """Each adjacent pair of rungs in every direction both were timed in (the section's view)."""
     section = section.view()
     times = _times(section)
-    rungs = problems.get(section.problem).variants
+    rungs = section.ladder
     return [Step(lo, up, d, times[lo, d], times[up, d]) for lo, up in zip(rungs, rungs[1:], strict=False)
             for d in DIRECTIONS if (lo, d) in times and (up, d) in times]
 
@@ -83,7 +84,7 @@ def timed_row(section: records.Section, implementation: str, direction: str):
 
 # --- one step on every recorded device ----------------------------------------------------------------
 
-def step_on_devices(problem: str, lower: str, upper: str, direction: str, results_dir=None):
+def step_on_devices(problem: problems.Problem, lower: str, upper: str, direction: str, results_dir=None):
     """The step from ``lower`` to ``upper`` in ``direction`` on each device with a record of
     ``problem`` (the teaching ladder's view, ``Section.taught``, at the seed size in float32),
     beside that device's measured read and copy bandwidth, as a Markdown list; one line saying so
@@ -101,17 +102,29 @@ def step_on_devices(problem: str, lower: str, upper: str, direction: str, result
             lines.append(f"- {device}: `{lower}` &rarr; `{upper}` {direction} &times;{s.speedup:.2f} "
                          f"({s.lower_ms:.3f} &rarr; {s.upper_ms:.3f} ms), measured read bandwidth "
                          f"{bw['read']:.0f} GB/s, copy {bw['copy']:.0f} GB/s")
-    return markdown("\n".join(lines) or f"No record holds {problem}'s {lower} and {upper} {direction} yet.")
+    return markdown("\n".join(lines) or f"No record holds {problem.name}'s {lower} and {upper} {direction} yet.")
 
 
 # --- naive's parallelism -----------------------------------------------------------------------------
 
-def threads_per_block(problem: str, rung: str) -> int:
-    """The default of the ``THREADS`` knob of ``kernels/<problem>/<rung>.cu`` (``build.knobs``).
+# a teaching rung's block size: ``constexpr int THREADS = 256;`` (kernels/<problem>/ladder/<rung>.cu)
+_TAUGHT_THREADS = re.compile(r"^constexpr int THREADS = (\d+);", re.MULTILINE)
+
+
+def threads_per_block(problem: str, rung: str, *, taught: bool = False) -> int:
+    """The threads per block of ``rung``: the default of the ``THREADS`` knob of the operator's
+    ``kernels/<problem>/<rung>.cu`` (``build.knobs``), or with ``taught`` the ``constexpr int
+    THREADS`` of the teaching rung ``kernels/<problem>/ladder/<rung>.cu``.
 
     Raises:
-        ValueError: the file declares no THREADS knob.
+        ValueError: the file declares no THREADS (knob or constant), or does not exist.
     """
+    if taught:
+        path = ladder.folder(problem) / f"{rung}.cu"
+        found = _TAUGHT_THREADS.findall(path.read_text()) if path.is_file() else []
+        if not found:
+            raise ValueError(f"{path.relative_to(KERNELS.parent)}: no 'constexpr int THREADS = <n>;'")
+        return int(found[0])
     found = [k.default for k in knobs.knobs(problem, rung, KERNELS) if k.name == "THREADS"]
     if not found:
         raise ValueError(f"kernels/{problem}/{rung}.cu: no THREADS knob (LOSSLAB_<PROBLEM>_<RUNG>_THREADS)")
@@ -151,17 +164,18 @@ class Parallelism:
 
 def naive_parallelism(section: records.Section, rung: str | None = None) -> Parallelism:
     """The launch of ``rung`` (default the ladder's first, one thread per row) at the section's
-    shape, against its device's SM count."""
+    shape, against its device's SM count; the teaching rung's launch in a taught view
+    (``Section.taught``), the operator's otherwise."""
     section = section.view()
-    rung = rung or problems.get(section.problem).variants[0]
-    rows = (section.primary_shape or problems.get(section.problem).sizes["seed"])[0]
-    threads = threads_per_block(section.problem, rung)
+    rung = rung or section.ladder[0]
+    rows = (section.primary_shape or section.spec.sizes["seed"])[0]
+    threads = threads_per_block(section.problem, rung, taught=bool(section.rungs))
     blocks = math.ceil(rows / threads)
     forward = next((r for r in section.rows if r.implementation == rung and r.direction == "forward"), None)
     sms = section.multiprocessors or 0
     gbps = None
     if forward and sms:
-        cost = problems.get(section.problem).cost(tuple(forward.shape), "forward", getattr(torch, forward.dtype))
+        cost = section.spec.cost(tuple(forward.shape), "forward", getattr(torch, forward.dtype))
         gbps = cost.bytes / (forward.median_ms * 1e6) / min(blocks, sms)
     return Parallelism(rows, threads, blocks, sms, gbps)
 
@@ -171,7 +185,7 @@ def naive_step_ratio(section: records.Section, other: records.Section) -> str:
     steps as (busy SMs of the other's naive / this one's) x (this one's shared_memory forward
     fraction of bandwidth / the other's), from the records."""
     a, b = section.view(), other.view()
-    names = [problems.get(s.problem).variants[:2] for s in (a, b)]
+    names = [s.ladder[:2] for s in (a, b)]
     sa, sb = step(a, *names[0], "forward"), step(b, *names[1], "forward")
     pa, pb = naive_parallelism(a), naive_parallelism(b)
     fa, fb = timed_row(a, names[0][1], "forward"), timed_row(b, names[1][1], "forward")

@@ -1,13 +1,11 @@
 """Cross-entropy as a problem: the reference, inputs, sizes, cost model, edge cases and rung table."""
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 
 from losslab.problems.base import HALF_AND_FLOAT, LADDER, Cost, Problem, Rung, heavy_rows, misaligned_view
-from losslab.problems.cross_entropy import host
+from losslab.problems.cross_entropy import claims, host
 from losslab.problems.cross_entropy.host import (
     IGNORE_INDEX,
     INDEX_BYTES,
@@ -31,20 +29,9 @@ class CrossEntropy(Problem):
         "scalar": (1, 1),
     }
     sweep_shapes = ((128, 4096), (2048, 4096), (32768, 4096), (8192, 32768), (4096, 131072), (2048, 262144))
-    saturates = ("warp_shuffle", "backward", 0.90)
-    step_claims = (
-        ("vector_flat", "warp_shuffle", "vectorized", "backward", 0.95, 1.05, "within 5%: flat"),
-        ("vector_pays", "warp_shuffle", "vectorized", "forward", 1.05, math.inf,
-         "at least x1.05, with the switch to one warp per row"),
-    )
-    peer_notes = {
-        ("liger", "backward"): (
-            "Liger's cross-entropy writes the gradient in its forward, into the logits' own buffer (Liger-Kernel "
-            "issue #272); its backward only checks that the upstream gradient is 1 (`torch.equal`: one small "
-            "kernel, then the host waits for the GPU) and returns that buffer. The timed interval holds that "
-            "round trip, not a backward's bytes, so the row is no backward to compare with: compare "
-            "forward_backward."),
-    }
+    saturates = claims.SATURATES
+    step_claims = claims.STEP_CLAIMS
+    peer_notes = claims.PEER_NOTES
 
     def liger_op(self):
         """Liger-Kernel's ``liger_cross_entropy`` (mean reduction, ignore_index -100)."""

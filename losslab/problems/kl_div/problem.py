@@ -1,13 +1,11 @@
 """KL divergence as a problem: the reference, inputs, sizes, cost model, edge cases and rung table."""
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 
 from losslab.problems.base import Cost, Problem, heavy_rows, misaligned_view
-from losslab.problems.kl_div import host
+from losslab.problems.kl_div import claims, host
 from losslab.problems.kl_div.host import validate_inputs
 
 
@@ -26,11 +24,9 @@ class KLDiv(Problem):
         "scalar": (1, 1),
     }
     sweep_shapes = ((128, 4096), (2048, 16384), (16384, 16384), (2048, 131072))
-    step_claims = (
-        ("vector_flat", "warp_shuffle", "vectorized", "forward", 0.95, 1.05, "within 5%: flat"),
-        ("vector_pays", "warp_shuffle", "vectorized", "backward", 1.15, math.inf,
-         "at least x1.15: one element per thread in flight before, one pack after"),
-    )
+    saturates = claims.SATURATES
+    peer_notes = claims.PEER_NOTES
+    step_claims = claims.STEP_CLAIMS
 
     def liger_op(self):
         """Liger-Kernel's ``liger_kl_div``. It takes log-probabilities, so the peer includes the

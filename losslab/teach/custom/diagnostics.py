@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from losslab import build
+from losslab import build, problems
 from losslab.teach.custom.launchers import signature
 
 SIGNATURE_CHECK = "the launcher-signature check"
@@ -60,7 +60,7 @@ def parse_diagnostics(output: str, user_file: str, wrapper_file: str = "") -> li
     return found
 
 
-def format_diagnostics(messages: Sequence[CompileMessage], source: str, problem: str) -> str:
+def format_diagnostics(messages: Sequence[CompileMessage], source: str, problem: problems.Problem) -> str:
     """Each diagnostic as ``line N: error: text`` followed by that line of ``source``; a
     failed signature check is followed by the declarations the source must define."""
     lines = source.splitlines()
@@ -73,6 +73,6 @@ def format_diagnostics(messages: Sequence[CompileMessage], source: str, problem:
         if 0 < m.line <= len(lines):
             out.append(f"  {m.line:4d} | {lines[m.line - 1]}")
     if any(m.where == SIGNATURE_CHECK and m.kind == "error" for m in messages):
-        out.append(f"your source must define the launchers of {problem} with exactly these signatures:\n"
+        out.append(f"your source must define the launchers of {problem.name} with exactly these signatures:\n"
                    + signature(problem))
     return "\n".join(out)

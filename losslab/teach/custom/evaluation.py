@@ -50,17 +50,17 @@ class CheckRun:
 
 def _rebuild_arguments(variant) -> dict:
     """What a child needs to rebuild ``variant`` from its source (a ``CustomVariant``)."""
-    return {"problem": variant.problem, "name": variant.name, "cuda_source": variant.source,
+    return {"problem": variant.problem.name, "name": variant.name, "cuda_source": variant.source,
             "backward": "source" if variant.backward_from is None else variant.backward_from,
             "root": str(variant.compiled.folder.parent)}
 
 
-def _check_sizes(problem: str, sizes: Sequence[str] | None) -> list[str]:
-    spec = problems.get(problem)
-    chosen = list(sizes) if sizes is not None else [s for s in spec.sizes if s != "seed"]
+def _check_sizes(problem: problems.Problem, sizes: Sequence[str] | None) -> list[str]:
+    chosen = list(sizes) if sizes is not None else [s for s in problem.sizes if s != "seed"]
     for name in chosen:
-        if name not in spec.sizes:
-            raise ValueError(f"sizes: {problem} has no size {name!r}; expected some of {', '.join(spec.sizes)}")
+        if name not in problem.sizes:
+            raise ValueError(f"sizes: {problem.name} has no size {name!r}; expected some of "
+                             f"{', '.join(problem.sizes)}")
     return chosen
 
 
@@ -69,8 +69,7 @@ def run_checks(variant, sizes: Sequence[str], edge_cases: bool = True, seed: int
     in this process (a fault here breaks this process's CUDA context: see :func:`check`)."""
     from losslab.measure.check import check_edge_cases, check_variant
 
-    spec = problems.get(variant.problem)
-    checks = [c for s in sizes for c in check_variant(variant.problem, variant, spec.sizes[s], seed=seed)]
+    checks = [c for s in sizes for c in check_variant(variant.problem, variant, variant.problem.sizes[s], seed=seed)]
     return checks + (check_edge_cases(variant.problem, variant) if edge_cases else [])
 
 
@@ -158,9 +157,9 @@ def evaluate(variant, size: str = "small", *, sizes: Sequence[str] | None = None
 
     if not torch.cuda.is_available():
         raise RuntimeError("evaluate needs a CUDA GPU and none is visible here")
-    spec = problems.get(variant.problem)
+    spec = variant.problem
     if size not in spec.sizes:
-        raise ValueError(f"size: {variant.problem} has no size {size!r}; expected one of {', '.join(spec.sizes)}")
+        raise ValueError(f"size: {spec.name} has no size {size!r}; expected one of {', '.join(spec.sizes)}")
     rungs = list(spec.variants if ladder is None else ladder)
     for rung in rungs:
         spec.check_variant_name(rung)
@@ -171,7 +170,7 @@ def evaluate(variant, size: str = "small", *, sizes: Sequence[str] | None = None
               "edge_cases": edge_cases, "compile_peer": compile_peer}
     outcome = isolated.run("losslab.teach.custom.evaluation:evaluate_in_child", kwargs, timeout_s)
     if not outcome.ok:
-        raise RuntimeError(f"evaluating {variant.problem} variant {variant.name!r}: {outcome.format()}")
-    section = records.Section.from_dict(outcome.value, variant.problem)
+        raise RuntimeError(f"evaluating {variant.problem.name} variant {variant.name!r}: {outcome.format()}")
+    section = records.Section.from_dict(outcome.value, variant.problem.name)
     section.source = "live"
     return section

@@ -147,40 +147,40 @@ def parse_declarations(text: str) -> dict[str, Launcher]:
     return found
 
 
-def declared_launchers(problem: str) -> dict[str, Launcher]:
+def declared_launchers(problem: problems.Problem) -> dict[str, Launcher]:
     """Every launcher ``kernels/<problem>/launchers.h`` declares (see :func:`parse_declarations`):
     the one place the contract is read from."""
-    return parse_declarations((build.KERNELS / problem / "launchers.h").read_text())
+    return parse_declarations((build.KERNELS / problem.name / "launchers.h").read_text())
 
 
 @functools.cache
-def contract(problem: str) -> Contract:
+def contract(problem: problems.Problem) -> Contract:
     """The contract of ``problem``'s custom variants, from its launchers.h.
 
     Raises:
-        ValueError: unknown problem, or a launchers.h without the two function types.
+        ValueError: a launchers.h without the two function types.
     """
-    spec = problems.get(problem)
+    name = problem.name
     declared = declared_launchers(problem)
-    missing = [f"{problem}_{d}_fn" for d in DIRECTIONS if f"{problem}_{d}_fn" not in declared]
+    missing = [f"{name}_{d}_fn" for d in DIRECTIONS if f"{name}_{d}_fn" not in declared]
     if missing:
-        raise ValueError(f"problem: kernels/{problem}/launchers.h declares no {' or '.join(missing)}; "
+        raise ValueError(f"problem: kernels/{name}/launchers.h declares no {' or '.join(missing)}; "
                          "custom variants need the rungs' launcher types")
-    forward, backward = (declared[f"{problem}_{d}_fn"] for d in DIRECTIONS)
-    forward = Launcher(f"{problem}_rung_forward", forward.params)
-    backward = Launcher(f"{problem}_rung_backward", backward.params)
+    forward, backward = (declared[f"{name}_{d}_fn"] for d in DIRECTIONS)
+    forward = Launcher(f"{name}_rung_forward", forward.params)
+    backward = Launcher(f"{name}_rung_backward", backward.params)
     stages = tuple(launcher for name, launcher in declared.items() if not name.endswith("_fn"))
-    rung_files = set(spec.variants)
+    rung_files = set(problem.variants)
     support = tuple(p.relative_to(build.KERNELS).as_posix() for p in sorted((build.KERNELS / "common").glob("*.cu"))
                     ) + tuple(p.relative_to(build.KERNELS).as_posix()
-                              for p in sorted((build.KERNELS / problem).glob("*.cu")) if p.stem not in rung_files)
-    return Contract(problem, forward, backward, stages, support)
+                              for p in sorted((build.KERNELS / name).glob("*.cu")) if p.stem not in rung_files)
+    return Contract(name, forward, backward, stages, support)
 
 
-def signature(problem: str, variant: str = "custom") -> str:
-    """The C declarations a custom variant called ``variant`` defines (the backward optional),
-    as launchers.h gives them, with each parameter's comment."""
-    c = contract(problem)
+def signature(problem: problems.Problem | str, variant: str = "custom") -> str:
+    """The C declarations a custom variant called ``variant`` of ``problem`` (a Problem, or its name)
+    defines (the backward optional), as launchers.h gives them, with each parameter's comment."""
+    c = contract(problems.get(problem))
     return (f"{c.forward.declaration(c.function(variant, 'forward'))}\n\n"
             f"// optional: without it a shipped rung's backward runs on what your forward saved\n"
             f"{c.backward.declaration(c.function(variant, 'backward'))}")

@@ -18,17 +18,11 @@ from losslab import problems
 from losslab.teach.custom.building import CompiledSource, build_module, check_source
 
 
-def default_backward(problem: str) -> str:
+def default_backward(problem: problems.Problem) -> str:
     """The shipped rung whose backward runs after a custom forward without its own: the highest
     rung of the ladder that does not write its gradient in the forward (its backward reads what
     every such forward keeps, as a custom forward does)."""
-    return next(r.name for r in reversed(problems.get(problem).rungs) if not r.writes_grad_in_forward)
-
-
-def _host(problem: str):
-    """The module of ``problem`` whose ``forward(launcher, write_grad, *inputs, out=, grad_out=)``
-    and ``backward(launcher, grad_in_forward, saved, grad_loss, out=)`` run any bound launcher."""
-    return problems.get(problem).host
+    return next(r.name for r in reversed(problem.rungs) if not r.writes_grad_in_forward)
 
 
 class _VariantFunction(torch.autograd.Function):
@@ -52,29 +46,29 @@ class _VariantFunction(torch.autograd.Function):
 class PythonVariant:
     """A variant defined by its two launch methods; callable like the reference (with autograd).
 
-    Subclasses set ``problem`` and ``name`` and implement ``launch_forward(inputs, out=None,
+    Subclasses set ``problem`` (a Problem) and ``name`` and implement ``launch_forward(inputs, out=None,
     needs_grad=False, grad_out=None) -> (loss, saved)`` and ``launch_backward(saved, grad_loss,
     out=None) -> grad``, as the problems' launchers do.
     """
 
-    problem: str
+    problem: problems.Problem
     name: str
     dtypes: tuple[torch.dtype, ...] = (torch.float32,)
 
     def validate(self, *inputs) -> None:
         """The problem's input checks (types, shapes, one CUDA device): TypeError/ValueError
         naming the argument."""
-        problems.get(self.problem).validate(*inputs)
+        self.problem.validate(*inputs)
 
     def __call__(self, *inputs: torch.Tensor) -> torch.Tensor:
         self.validate(*inputs)
         if inputs[0].dtype not in self.dtypes:
-            raise TypeError(f"predictions: {self.problem} {self.name} takes dtype "
+            raise TypeError(f"predictions: {self.problem.name} {self.name} takes dtype "
                             f"{', '.join(map(str, self.dtypes))}, got {inputs[0].dtype}")
         return _VariantFunction.apply(self, *inputs)
 
     def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self.problem} {self.name!r}>"
+        return f"<{type(self).__name__} {self.problem.name} {self.name!r}>"
 
 
 class CustomVariant(PythonVariant):
@@ -88,7 +82,7 @@ class CustomVariant(PythonVariant):
         backward_from: the shipped rung whose backward runs, or None for the source's own.
     """
 
-    def __init__(self, problem: str, name: str, source: str, compiled: CompiledSource, module,
+    def __init__(self, problem: problems.Problem, name: str, source: str, compiled: CompiledSource, module,
                  backward_from: str | None):
         self.problem, self.name, self.source = problem, name, source
         self.compiled, self.module, self.backward_from = compiled, module, backward_from
@@ -97,24 +91,25 @@ class CustomVariant(PythonVariant):
         """Run the source's forward launcher through the problem's host code (which also runs
         the problem's stages); returns the 0-d loss (in ``out`` if given) and what the backward
         needs. ``needs_grad``/``grad_out`` are accepted and ignored: a custom forward never
-        writes the gradient (its gradient pointer is null)."""
-        return _host(self.problem).forward(self.module.custom_forward, False, *inputs, out=out)
+        writes the gradient (its gradient pointer is null). The problem's ``host`` module runs any
+        bound launcher."""
+        return self.problem.host.forward(self.module.custom_forward, False, *inputs, out=out)
 
     def launch_backward(self, saved, grad_loss, out=None):
         """Run the source's backward launcher (or the shipped ``backward_from`` rung's): the
         gradient w.r.t. the first input, scaled by the 0-d ``grad_loss``."""
         if self.backward_from is not None:
-            return problems.get(self.problem).launch_backward(self.backward_from, saved, grad_loss, out=out)
-        return _host(self.problem).backward(self.module.custom_backward, False, saved, grad_loss, out=out)
+            return self.problem.launch_backward(self.backward_from, saved, grad_loss, out=out)
+        return self.problem.host.backward(self.module.custom_backward, False, saved, grad_loss, out=out)
 
     def _repr_html_(self) -> str:
         backward = "its own" if self.backward_from is None else f"the shipped {self.backward_from} rung's"
         warnings = "".join(f"<br>line {w.line}: warning: {html.escape(w.text)}" for w in self.compiled.warnings)
-        return (f"<p>{self.problem} variant <code>{html.escape(self.name)}</code>: compiled in "
+        return (f"<p>{self.problem.name} variant <code>{html.escape(self.name)}</code>: compiled in "
                 f"<code>{html.escape(str(self.compiled.folder))}</code>; backward: {backward}.{warnings}</p>")
 
 
-def compile_variant(problem: str, name: str, cuda_source: str, *, backward: str | None = None,
+def compile_variant(problem: problems.Problem | str, name: str, cuda_source: str, *, backward: str | None = None,
                     verbose: bool = False, root: Path | None = None) -> CustomVariant:
     """Compile ``cuda_source`` (CUDA C++ defining ``<problem>_custom_forward`` and optionally
     ``<problem>_custom_backward``, see ``signature(problem)``) into a variant called ``name``.
@@ -146,6 +141,7 @@ def compile_variant(problem: str, name: str, cuda_source: str, *, backward: str 
     (e.g. ``cross_entropy/valid_mean.cu``) are linked in.
 
     Args:
+        problem: a Problem, or its name (looked up here).
         backward: see ``check_source``.
         verbose: print the build's commands.
         root: the folder of builds (default ``cache_root()``).
@@ -158,5 +154,5 @@ def compile_variant(problem: str, name: str, cuda_source: str, *, backward: str 
     """
     compiled = check_source(problem, cuda_source, name, backward=backward, root=root)
     module = build_module(compiled, verbose=verbose)
-    backward_from = None if compiled.has_backward else (backward or default_backward(problem))
-    return CustomVariant(problem, name, cuda_source, compiled, module, backward_from)
+    backward_from = None if compiled.has_backward else (backward or default_backward(compiled.problem))
+    return CustomVariant(compiled.problem, name, cuda_source, compiled, module, backward_from)

@@ -1,5 +1,7 @@
-"""The inputs the simulator runs a problem's launchers on, and their float64 references
-(kl_div and cross_entropy; ``PROBLEMS`` maps a problem to its :class:`ProblemSpec`).
+"""The inputs the simulator runs each problem's launchers on, and their float64 references
+(``PROBLEMS`` maps a problem to its :class:`ProblemSpec`).
+One module: every loss's cases share :class:`Case`'s storage and offsets and the drivers' manifest
+format (a loss package cannot hold them: ``losslab.problems`` must not import ``losslab.teach``).
 
 A :class:`Case` holds the inputs as they lie in memory: flat float32 storage with an offset
 in elements from a 16-byte boundary, so a misaligned view is one case among others. Standard
@@ -14,9 +16,21 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from losslab.problems import cross_entropy, kl_div
+from losslab.problems import (
+    cosine_similarity_loss,
+    cross_entropy,
+    hinge_loss,
+    kl_div,
+    mse_loss,
+    smooth_l1_loss,
+    triplet_margin_loss,
+)
 
 KL_DIV, CROSS_ENTROPY = kl_div.PROBLEM.name, cross_entropy.PROBLEM.name  # the losses with cases here
+HINGE_LOSS = hinge_loss.PROBLEM.name
+TRIPLET = triplet_margin_loss.PROBLEM.name
+COSINE = cosine_similarity_loss.PROBLEM.name
+MSE_LOSS, SMOOTH_L1_LOSS = mse_loss.PROBLEM.name, smooth_l1_loss.PROBLEM.name
 
 
 @dataclass
@@ -144,6 +158,43 @@ def kl_div_manifest_line(i: int, case: Case, path: str) -> str:
     return f"case{i} {case.B} {case.D} {case.offset_p} {case.offset_t} {case.grad_loss!r} {path}"
 
 
+def mse_loss_cases() -> list[Case]:
+    """mse_loss's standard cases: kl_div's random ones (its rows, odd widths and offsets serve an
+    elementwise mean as well), predictions equal to the targets in one row, and kl_div's probes
+    (each row's loss in one element, so a row's sum shows how often that element was added)."""
+    cases = [c for c in kl_div_cases() if c.kind == "standard" and "zeros" not in c.name]
+    equal = _random("predictions equal to the targets in row 1 (3 x 300)", 3, 300, seed=6)
+    equal.p[300:600] = equal.t[300:600]
+    return [*cases, equal, probe(256, PROBE_256), probe(37)]
+
+
+def mse_loss_reference(case: Case) -> dict[str, np.ndarray]:
+    """float64 ``rows`` (B,), ``loss`` (1,) = sum / (B D) and ``grad`` (B*D,) = 2 (p - t) grad_loss / (B D)."""
+    d = case.predictions.astype(np.float64) - case.targets.astype(np.float64)
+    rows = (d * d).sum(axis=1)
+    n = case.B * case.D
+    return {"rows": rows, "loss": np.array([rows.sum() / n]), "grad": (2.0 * case.grad_loss / n * d).reshape(-1)}
+
+
+def smooth_l1_loss_cases() -> list[Case]:
+    """smooth_l1_loss's standard cases: mse_loss's, and one whose predictions are scaled by 4 so that
+    the differences fall on both sides of beta = 1 (|d| - 1/2 and d^2 / 2)."""
+    wide = _random("differences on both sides of beta (3 x 1000, predictions x 4)", 3, 1000, seed=7)
+    wide.p *= np.float32(4.0)
+    return [*mse_loss_cases(), wide]
+
+
+def smooth_l1_loss_reference(case: Case) -> dict[str, np.ndarray]:
+    """float64 ``rows`` (B,), ``loss`` (1,) = sum / (B D) and ``grad`` (B*D,) = clamp(p - t, -1, 1)
+    grad_loss / (B D): F.smooth_l1_loss with beta 1."""
+    d = case.predictions.astype(np.float64) - case.targets.astype(np.float64)
+    z = np.abs(d)
+    rows = np.where(z < 1.0, 0.5 * d * d, z - 0.5).sum(axis=1)
+    n = case.B * case.D
+    return {"rows": rows, "loss": np.array([rows.sum() / n]),
+            "grad": (np.clip(d, -1.0, 1.0) * case.grad_loss / n).reshape(-1)}
+
+
 IGNORE_INDEX = -100
 
 
@@ -196,6 +247,159 @@ def cross_entropy_manifest_line(i: int, case: Case, path: str) -> str:
     return f"case{i} {case.B} {case.D} {case.offset_p} {case.grad_loss!r} {path}"
 
 
+def hinge_loss_case(name: str, B: int, D: int, seed: int, offset_p: int = 0, offset_t: int = 0) -> Case:
+    """Random (B, D) predictions (normal, scale 1.5: margins on both sides of the hinge) from
+    ``offset_p`` and (D,) targets of -1 and +1 from ``offset_t``."""
+    rng = np.random.default_rng(seed)
+    p = rng.normal(0.0, 1.5, offset_p + B * D).astype(np.float32)
+    t = (rng.integers(0, 2, offset_t + D) * 2 - 1).astype(np.float32)
+    return Case(name, B, D, p, t, offset_p, offset_t, grad_loss=0.75)
+
+
+def hinge_loss_cases() -> list[Case]:
+    """hinge_loss's standard cases: aligned, odd width, one element, a view one element past a
+    16-byte boundary, predictions and targets at different offsets, and predictions exactly on
+    the hinge (p * t = 1: a zero term and a zero gradient) in every other column."""
+    hinge = hinge_loss_case("every other column on the hinge (3 x 300)", 3, 300, seed=5)
+    on_hinge = hinge.predictions[:, ::2]
+    on_hinge[...] = hinge.t[::2]  # p = t = +-1: 1 - p * t = 0 exactly
+    return [
+        hinge_loss_case("3 x 1000", 3, 1000, seed=0),
+        hinge_loss_case("2 x 37 (odd width)", 2, 37, seed=1),
+        hinge_loss_case("1 x 1", 1, 1, seed=2),
+        hinge_loss_case("misaligned view (3 x 1000, one element past a 16-byte boundary)", 3, 1000, seed=3,
+                        offset_p=1, offset_t=1),
+        hinge_loss_case("predictions and targets at different offsets (2 x 300)", 2, 300, seed=4, offset_p=1,
+                        offset_t=2),
+        hinge,
+    ]
+
+
+def hinge_loss_reference(case: Case) -> dict[str, np.ndarray]:
+    """float64 ``rows`` (B,) each row's sum, ``loss`` (1,) = the mean over B * D and ``grad`` (B*D,)
+    for ``case.grad_loss`` (0 where 1 - p * t <= 0, as autograd of torch.clamp gives)."""
+    p = case.predictions.astype(np.float64)
+    t = case.t[case.offset_t:].astype(np.float64)
+    margin = 1.0 - p * t
+    rows = np.maximum(margin, 0.0).sum(axis=1)
+    grad = -np.where(margin > 0, case.grad_loss / p.size, 0.0) * t
+    return {"rows": rows, "loss": np.array([rows.sum() / p.size]), "grad": grad.reshape(-1)}
+
+
+@dataclass
+class TripletCase(Case):
+    """A triplet_margin_loss case: ``p`` holds the anchor's storage (from ``offset_p``), ``t`` the
+    positive's (from ``offset_t``, ``offset_t + B * D`` elements) followed by the negative's (from
+    ``offset_n``), so the input file is the three in order."""
+
+    offset_n: int = 0
+
+    def row_view(self, which: int) -> np.ndarray:
+        """(B, D) float32 view of the anchor (0), the positive (1) or the negative (2)."""
+        if which == 0:
+            return self.predictions
+        start = 0 if which == 1 else self.offset_t + self.B * self.D
+        offset = self.offset_t if which == 1 else self.offset_n
+        return self.t[start + offset:start + offset + self.B * self.D].reshape(self.B, self.D)
+
+
+def triplet_case(name: str, B: int, D: int, seed: int, offsets: tuple[int, int, int] = (0, 0, 0)) -> TripletCase:
+    """KernelBench-like inputs (the anchor uniform in [0, 0.5), the positive and the negative in
+    [0, 1)) stored after ``offsets`` elements each: some rows have a loss, some none."""
+    rng = np.random.default_rng(seed)
+    oa, op, on = offsets
+    a = (0.5 * rng.random(oa + B * D)).astype(np.float32)
+    t = np.concatenate([rng.random(op + B * D), rng.random(on + B * D)]).astype(np.float32)
+    return TripletCase(name, B, D, a, t, oa, op, grad_loss=0.75, offset_n=on)
+
+
+def triplet_cases() -> list[Case]:
+    """triplet_margin_loss's standard cases: aligned, odd width, one element, a view one element past a
+    16-byte boundary, the three inputs at different offsets, every input zero (both distances
+    eps * sqrt(D): the loss is the margin, the gradient zero), and the positive equal to the anchor."""
+    zeros = triplet_case("every input zero (2 x 64)", 2, 64, seed=5)
+    zeros.p[:] = 0.0
+    zeros.t[:] = 0.0
+    # d(a, p) = eps * sqrt(D) from D equal terms: a sequential float32 sum of them drifts (naive's, plain,
+    # 2.7e-6 off in the gradient); the negative near, so every row has a loss
+    equal = triplet_case("positive equal to the anchor, negative near (16 x 1000)", 16, 1000, seed=7)
+    anchor = equal.row_view(0)
+    equal.row_view(1)[:] = anchor
+    equal.row_view(2)[:] = anchor + np.float32(0.01) * (equal.row_view(2) - anchor)
+    return [
+        triplet_case("3 x 1000", 3, 1000, seed=0),
+        triplet_case("2 x 37 (odd width)", 2, 37, seed=1),
+        triplet_case("1 x 1", 1, 1, seed=9),
+        triplet_case("misaligned view (3 x 1000, one element past a 16-byte boundary)", 3, 1000, seed=3,
+                     offsets=(1, 1, 1)),
+        triplet_case("the three at different offsets (2 x 300)", 2, 300, seed=4, offsets=(1, 2, 3)),
+        triplet_case("8 x 20 (rows with and without a loss)", 8, 20, seed=6),
+        zeros,
+        equal,
+    ]
+
+
+def triplet_reference(case: TripletCase) -> dict[str, np.ndarray]:
+    """float64 ``rows`` (B,), ``loss`` (1,) = their mean and ``grad`` (B*D,) = dL/danchor for
+    ``case.grad_loss``, with PyTorch's conventions (clamp_min passes no gradient at 0, a zero distance none)."""
+    a, p, n = (case.row_view(k).astype(np.float64) for k in range(3))
+    u, v = a - p + triplet_margin_loss.EPS, a - n + triplet_margin_loss.EPS
+    d_ap, d_an = np.sqrt((u * u).sum(axis=1)), np.sqrt((v * v).sum(axis=1))
+    x = triplet_margin_loss.MARGIN + d_ap - d_an
+    rows = np.where(x < 0, 0.0, x)
+    g = np.where(x > 0, case.grad_loss / case.B, 0.0)
+    c_ap = np.divide(g, d_ap, out=np.zeros_like(g), where=d_ap != 0)
+    c_an = np.divide(-g, d_an, out=np.zeros_like(g), where=d_an != 0)
+    grad = c_ap[:, None] * u + c_an[:, None] * v
+    return {"rows": rows, "loss": np.array([rows.mean()]), "grad": grad.reshape(-1)}
+
+
+def triplet_manifest_line(i: int, case: TripletCase, path: str) -> str:
+    """The driver's manifest line (drivers/triplet_margin_loss.cpp)."""
+    return f"case{i} {case.B} {case.D} {case.offset_p} {case.offset_t} {case.offset_n} {case.grad_loss!r} {path}"
+
+
+def cosine_case(name: str, B: int, D: int, seed: int, offset_p: int = 0, offset_t: int = 0) -> Case:
+    """Normal predictions and targets (B, D), float32, stored from ``offset_p`` and ``offset_t``."""
+    rng = np.random.default_rng(seed)
+    p = rng.normal(0.0, 1.0, offset_p + B * D).astype(np.float32)
+    t = rng.normal(0.0, 1.0, offset_t + B * D).astype(np.float32)
+    return Case(name, B, D, p, t, offset_p, offset_t, grad_loss=0.75)
+
+
+def cosine_cases() -> list[Case]:
+    """cosine_similarity_loss's standard cases: aligned, odd width, one element, a misaligned view,
+    the inputs at different offsets, a zero row (its norm clamped to eps) and identical rows."""
+    zero = cosine_case("a zero row of predictions (3 x 300)", 3, 300, seed=5)
+    zero.p[300:600] = 0.0
+    same = cosine_case("identical rows 0 and 2 (3 x 300)", 3, 300, seed=6)
+    same.t[:300], same.t[600:] = same.p[:300], same.p[600:]
+    return [
+        cosine_case("3 x 1000", 3, 1000, seed=0),
+        cosine_case("2 x 37 (odd width)", 2, 37, seed=1),
+        cosine_case("1 x 1", 1, 1, seed=2),
+        cosine_case("misaligned view (3 x 1000, one element past a 16-byte boundary)", 3, 1000, seed=3,
+                    offset_p=1, offset_t=1),
+        cosine_case("predictions and targets at different offsets (2 x 300)", 2, 300, seed=4, offset_p=1, offset_t=2),
+        zero,
+        same,
+    ]
+
+
+def cosine_reference(case: Case, eps: float = 1e-8) -> dict[str, np.ndarray]:
+    """float64 ``rows`` (B,) = 1 - cos, ``loss`` (1,) = their mean and ``grad`` (B*D,) = dL/dp for
+    ``case.grad_loss``, with F.cosine_similarity's conventions (each norm clamped to eps, the
+    norm's derivative kept, 0 where the norm is 0)."""
+    p = case.predictions.astype(np.float64)
+    t = case.targets.astype(np.float64)
+    norm_p, norm_t = np.linalg.norm(p, axis=1), np.linalg.norm(t, axis=1)
+    a, b = np.maximum(norm_p, eps), np.maximum(norm_t, eps)
+    cos = (p * t).sum(axis=1) / a / b
+    beta = np.divide(cos, a * norm_p, out=np.zeros_like(cos), where=norm_p > 0)
+    grad = -(case.grad_loss / case.B) * (t / (a * b)[:, None] - beta[:, None] * p)
+    return {"rows": 1 - cos, "loss": np.array([(1 - cos).mean()]), "grad": grad.reshape(-1)}
+
+
 @dataclass(frozen=True)
 class ProblemSpec:
     """What the simulator needs of a problem: its cases, float64 reference and manifest line,
@@ -209,6 +413,11 @@ class ProblemSpec:
 
 PROBLEMS = {
     KL_DIV: ProblemSpec(kl_div_cases, kl_div_reference, kl_div_manifest_line),
+    MSE_LOSS: ProblemSpec(mse_loss_cases, mse_loss_reference, kl_div_manifest_line),  # kl_div's driver, renamed
+    SMOOTH_L1_LOSS: ProblemSpec(smooth_l1_loss_cases, smooth_l1_loss_reference, kl_div_manifest_line),
     CROSS_ENTROPY: ProblemSpec(cross_entropy_cases, cross_entropy_reference, cross_entropy_manifest_line,
                                  (("row_max", np.float32), ("row_log_sum", np.float32), ("counts", np.int64))),
+    HINGE_LOSS: ProblemSpec(hinge_loss_cases, hinge_loss_reference, kl_div_manifest_line),
+    TRIPLET: ProblemSpec(triplet_cases, triplet_reference, triplet_manifest_line),
+    COSINE: ProblemSpec(cosine_cases, cosine_reference, kl_div_manifest_line, (("row_dots", np.float32),)),
 }

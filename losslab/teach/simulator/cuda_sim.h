@@ -282,5 +282,6 @@ template <typename T> inline T atomicMin(T* p, T v) { T old = *p; *p = v < old ?
 template <typename T> inline T atomicExch(T* p, T v) { T old = *p; *p = v; return old; }
 template <typename T> inline T atomicCAS(T* p, T cmp, T v) { T old = *p; if (old == cmp) *p = v; return old; }
 inline unsigned atomicInc(unsigned* p, unsigned v) { unsigned old = *p; *p = old >= v ? 0u : old + 1u; return old; }
-// cache-hinted loads (__ldcg: through L2 only) read memory as any load does here
+// cache-hinted loads (__ldcg: through L2 only) read memory as any load does here, and stores (__stwb) write it
 template <typename T> inline T __ldcg(const T* p) { return *p; }
+template <typename T> inline void __stwb(T* p, T v) { *p = v; }

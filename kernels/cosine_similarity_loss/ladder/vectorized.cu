@@ -1,0 +1,125 @@
+// vectorized: warp_shuffle with 16-byte loads and stores.
+// flaw of warp_shuffle: one float per load instruction, so few bytes are in flight per
+//     thread while the row streams from DRAM.
+// idea: each load and store moves a float4 (one LDG.E.128/STG.E.128), forward and
+//     backward. 16-byte accesses must be aligned: a row that does not start on a 16-byte
+//     boundary (odd D, a sliced input) takes a scalar head up to the first boundary, and
+//     a scalar tail ends it (common/row_split.cuh: no packs unless the rows share an offset).
+// not faster: forward (DRAM-bound either way where the compiler unrolled warp_shuffle's loads)
+#include "common/row_split.cuh"
+#include "common/sum_partials.cuh"
+#include "cosine_similarity_loss/cosine.cuh"
+#include "cosine_similarity_loss/ladder/ladder.h"
+
+namespace {
+
+constexpr int THREADS = 256;
+
+struct Dots {
+    float pt, pp, tt;
+};
+
+// The block's three sums, in every thread: five butterfly exchanges inside each warp
+// (__shfl_xor_sync, registers only, every lane getting the warp's sums), one shared slot
+// per warp, one barrier, and every thread adds the THREADS / 32 slots.
+__device__ __forceinline__ Dots block_dots(Dots d) {
+    __shared__ float slots[3][THREADS / 32];
+    for (int lanes = 16; lanes > 0; lanes /= 2) {  // the partner: this lane's index xor 16, 8, 4, 2, 1
+        d.pt += __shfl_xor_sync(0xffffffffu, d.pt, lanes);
+        d.pp += __shfl_xor_sync(0xffffffffu, d.pp, lanes);
+        d.tt += __shfl_xor_sync(0xffffffffu, d.tt, lanes);
+    }
+    if (threadIdx.x % 32 == 0)
+        slots[0][threadIdx.x / 32] = d.pt, slots[1][threadIdx.x / 32] = d.pp, slots[2][threadIdx.x / 32] = d.tt;
+    __syncthreads();
+    Dots block{0.0f, 0.0f, 0.0f};
+    for (int w = 0; w < THREADS / 32; ++w) block.pt += slots[0][w], block.pp += slots[1][w], block.tt += slots[2][w];
+    return block;
+}
+
+// One row's dL/dp from its coefficients, k_other * t + k_p * p: float4 loads and stores.
+__device__ __forceinline__ void row_grad(const RowCosine& c, const float* p, const float* t, float* g, int64_t D) {
+    const RowSplit s = split_row(D, p, t, g);  // no packs unless p, t and g are equally aligned
+    const float4* p4 = reinterpret_cast<const float4*>(p + s.head);
+    const float4* t4 = reinterpret_cast<const float4*>(t + s.head);
+    float4* g4 = reinterpret_cast<float4*>(g + s.head);
+    auto grad = [&](float pj, float tj) { return c.k_other * tj + c.k_p * pj; };
+#pragma unroll 4
+    for (int64_t k = threadIdx.x; k < s.packs; k += THREADS) {
+        const float4 a = p4[k], b = t4[k];
+        g4[k] = make_float4(grad(a.x, b.x), grad(a.y, b.y), grad(a.z, b.z), grad(a.w, b.w));
+    }
+    for (int64_t j = threadIdx.x; j < s.head; j += THREADS) g[j] = grad(p[j], t[j]);
+    for (int64_t j = s.head + 4 * s.packs + threadIdx.x; j < D; j += THREADS) g[j] = grad(p[j], t[j]);
+}
+
+__global__ void __launch_bounds__(THREADS) forward_kernel(
+    const float* __restrict__ predictions,  // (B, D)
+    const float* __restrict__ targets,      // (B, D)
+    float* __restrict__ row_dots,           // (3, B): p.t, p.p, t.t of each row
+    float* __restrict__ row_partials,       // (B,)
+    int64_t B, int64_t D, float eps) {
+    const int64_t row = blockIdx.x;  // one block per row
+    const float* p = predictions + row * D;
+    const float* t = targets + row * D;
+    const RowSplit s = split_row(D, p, t);  // s.head scalars, s.packs float4s, then the tail
+    const float4* p4 = reinterpret_cast<const float4*>(p + s.head);
+    const float4* t4 = reinterpret_cast<const float4*>(t + s.head);
+    Dots d{0.0f, 0.0f, 0.0f};
+    auto add = [&](float pj, float tj) { d.pt += pj * tj, d.pp += pj * pj, d.tt += tj * tj; };
+#pragma unroll 4
+    for (int64_t k = threadIdx.x; k < s.packs; k += THREADS) {
+        const float4 a = p4[k], b = t4[k];
+        add(a.x, b.x), add(a.y, b.y), add(a.z, b.z), add(a.w, b.w);
+    }
+    for (int64_t j = threadIdx.x; j < s.head; j += THREADS) add(p[j], t[j]);
+    for (int64_t j = s.head + 4 * s.packs + threadIdx.x; j < D; j += THREADS) add(p[j], t[j]);
+    d = block_dots(d);
+    if (threadIdx.x != 0) return;
+    row_dots[row] = d.pt, row_dots[B + row] = d.pp, row_dots[2 * B + row] = d.tt;
+    row_partials[row] = 1.0f - row_cosine(d.pt, d.pp, d.tt, eps, 0.0f).cos;
+}
+
+// dL/dp = -grad_loss / B * dcos/dp, from the row's dots.
+__global__ void __launch_bounds__(THREADS) backward_kernel(
+    const float* __restrict__ predictions,  // (B, D)
+    const float* __restrict__ targets,      // (B, D)
+    const float* __restrict__ row_dots,     // (3, B)
+    const float* __restrict__ grad_loss,    // ()
+    float* __restrict__ grad_predictions,   // (B, D)
+    int64_t B, int64_t D, float eps) {
+    const int64_t row = blockIdx.x;  // one block per row
+    const RowCosine c = row_cosine(row_dots[row], row_dots[B + row], row_dots[2 * B + row], eps,
+                                   -*grad_loss / float(B));
+    row_grad(c, predictions + row * D, targets + row * D, grad_predictions + row * D, D);
+}
+
+}  // namespace
+
+cudaError_t cosine_similarity_loss_vectorized_forward(
+    const void* predictions, const void* targets, float* row_dots, float* row_partials, void* loss,
+    void* /*grad_predictions: not fused*/, void* grad_targets, int64_t B, int64_t D, float eps, DType dtype,
+    cudaStream_t stream) {
+    if (dtype != DType::float32) return cudaErrorInvalidValue;  // a teaching rung: float32 only
+    if (grad_targets) return cudaErrorInvalidValue;             // and dL/dp only
+    const int64_t blocks = B;  // one block per row
+    forward_kernel<<<blocks, THREADS, 0, stream>>>(static_cast<const float*>(predictions),
+                                                   static_cast<const float*>(targets), row_dots, row_partials,
+                                                   B, D, eps);
+    const cudaError_t err = cudaGetLastError();
+    return err != cudaSuccess ? err : launch_sum_partials(row_partials, B, float(B), loss, stream);
+}
+
+cudaError_t cosine_similarity_loss_vectorized_backward(
+    const void* predictions, const void* targets, const float* row_dots, const void* grad_loss,
+    void* grad_predictions, void* grad_targets, int64_t B, int64_t D, float eps, DType dtype,
+    cudaStream_t stream) {
+    if (dtype != DType::float32) return cudaErrorInvalidValue;  // a teaching rung: float32 only
+    if (grad_targets) return cudaErrorInvalidValue;             // and dL/dp only
+    const int64_t blocks = B;  // one block per row
+    backward_kernel<<<blocks, THREADS, 0, stream>>>(static_cast<const float*>(predictions),
+                                                    static_cast<const float*>(targets), row_dots,
+                                                    static_cast<const float*>(grad_loss),
+                                                    static_cast<float*>(grad_predictions), B, D, eps);
+    return cudaGetLastError();
+}

@@ -1,0 +1,63 @@
+// vectorized: one block per row, 16-byte loads of the three rows (a scalar head and tail where a row
+// does not start on a 16-byte boundary), each thread's first packs all in flight at once, and the
+// three squared distances reduced with warp shuffles (rows.cuh). Its forward writes the loss only
+// (inference pays for no gradient); its backward reads the rows again and writes dL/danchor (and,
+// through the options launchers, dL/dpositive and dL/dnegative) from the packs it holds.
+#include "common/dispatch.cuh"
+#include "triplet_margin_loss/launchers.h"
+#include "triplet_margin_loss/options.h"
+#include "triplet_margin_loss/rows.cuh"
+
+// Launch knobs (losslab/build/knobs.py): -DLOSSLAB_TRIPLET_MARGIN_LOSS_VECTORIZED_<KNOB>=<value> builds another one.
+#ifndef LOSSLAB_TRIPLET_MARGIN_LOSS_VECTORIZED_THREADS
+#define LOSSLAB_TRIPLET_MARGIN_LOSS_VECTORIZED_THREADS 512  // threads per block: 128 256 512 1024
+#endif
+#ifndef LOSSLAB_TRIPLET_MARGIN_LOSS_VECTORIZED_CACHE
+#define LOSSLAB_TRIPLET_MARGIN_LOSS_VECTORIZED_CACHE 4  // 16-byte packs per tensor a thread holds: 1 2 4 8
+#endif
+constexpr int THREADS = LOSSLAB_TRIPLET_MARGIN_LOSS_VECTORIZED_THREADS;
+constexpr int CACHE = LOSSLAB_TRIPLET_MARGIN_LOSS_VECTORIZED_CACHE;
+static_assert(THREADS >= 32 && THREADS <= 1024 && THREADS % 32 == 0,
+              "LOSSLAB_TRIPLET_MARGIN_LOSS_VECTORIZED_THREADS: a multiple of 32 from 32 to 1024 (whole warps)");
+static_assert(CACHE >= 1, "LOSSLAB_TRIPLET_MARGIN_LOSS_VECTORIZED_CACHE: at least 1");
+
+cudaError_t triplet_margin_loss_vectorized_forward(const void* anchor, const void* positive, const void* negative,
+                                                   float* row_losses, void* loss, void* /*grad_anchor: not fused*/,
+                                                   int64_t N, int64_t D, DType dtype, cudaStream_t stream) {
+    return dispatch_dtype(dtype, [&](auto tag) {
+        return triplet_rows<decltype(tag), THREADS, CACHE>(anchor, positive, negative, nullptr, nullptr, nullptr,
+            row_losses, loss, nullptr, nullptr, 0, N, D, TRIPLET_DEFAULTS, stream);
+    });
+}
+
+cudaError_t triplet_margin_loss_vectorized_backward(const void* anchor, const void* positive, const void* negative,
+                                                    const void* grad_loss, void* grad_anchor, int64_t N, int64_t D,
+                                                    DType dtype, cudaStream_t stream) {
+    return dispatch_dtype(dtype, [&](auto tag) {
+        return triplet_rows<decltype(tag), THREADS, CACHE>(anchor, positive, negative, grad_anchor, nullptr,
+            nullptr, nullptr, nullptr, grad_loss, nullptr, 0, N, D, TRIPLET_DEFAULTS, stream);
+    });
+}
+
+cudaError_t triplet_margin_loss_vectorized_options_forward(
+        const void* anchor, const void* positive, const void* negative, float* row_losses, void* loss,
+        void* grad_anchor, void* grad_positive, void* grad_negative, int64_t N, int64_t D, float margin, float eps,
+        int swap, int reduction, DType dtype, cudaStream_t stream) {
+    if (grad_anchor || grad_positive || grad_negative) return cudaErrorInvalidValue;  // fused's
+    const TripletOptions opt{margin, eps, swap, reduction};
+    return dispatch_dtype(dtype, [&](auto tag) {
+        return triplet_rows<decltype(tag), THREADS, CACHE>(anchor, positive, negative, nullptr, nullptr, nullptr,
+            row_losses, reduction == TRIPLET_NONE ? nullptr : loss, nullptr, nullptr, 0, N, D, opt, stream);
+    });
+}
+
+cudaError_t triplet_margin_loss_vectorized_options_backward(
+        const void* anchor, const void* positive, const void* negative, const float* grad_loss, void* grad_anchor,
+        void* grad_positive, void* grad_negative, int64_t N, int64_t D, float margin, float eps, int swap,
+        int reduction, DType dtype, cudaStream_t stream) {
+    const TripletOptions opt{margin, eps, swap, reduction};
+    return dispatch_dtype(dtype, [&](auto tag) {
+        return triplet_rows<decltype(tag), THREADS, CACHE>(anchor, positive, negative, grad_anchor, grad_positive,
+            grad_negative, nullptr, nullptr, nullptr, grad_loss, reduction == TRIPLET_NONE, N, D, opt, stream);
+    });
+}
