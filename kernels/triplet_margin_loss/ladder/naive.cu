@@ -3,8 +3,6 @@
 // distances and once for the gradient. The formula written down, and its flaw: neighbouring
 // threads read addresses D floats apart, so every warp-wide load touches 32 cache lines
 // (uncoalesced), and N threads are too few to fill the GPU.
-#include <math.h>
-
 #include "common/sum_partials.cuh"
 #include "triplet_margin_loss/ladder/ladder.h"
 #include "triplet_margin_loss/triplet.cuh"
@@ -13,23 +11,17 @@ namespace {
 
 constexpr int THREADS = 256;
 
-// One thread adds all D terms in turn: a plain float32 sum drifts by up to D/2 ulps (2.7e-6 in the
-// gradient on 1000 equal terms, past the 1e-6 check; the rungs above add D / THREADS terms each, then
-// a tree). Kahan's compensation keeps the lost low part and adds it back: 4 flops a term, hidden
-// behind the uncoalesced loads. No compensation once a sum is infinite (inf - inf would be NaN).
-struct CompensatedSquares {
-    Squares sum, lost;
+// One thread adds all D terms in turn, in double: a float32 sum drifts by up to D/2 ulps (2.7e-6 in
+// the gradient on 1000 equal terms, past the 1e-6 check; the rungs above add D / THREADS terms each,
+// then a tree). The doubles' adds hide behind the uncoalesced loads.
+struct RowSquares {
+    double ap = 0.0, an = 0.0;
+    __device__ Squares rounded() const { return Squares{float(ap), float(an)}; }
 };
 
-__device__ __forceinline__ void add_compensated(float& sum, float& lost, float d) {
-    const float y = fmaf(d, d, -lost), t = sum + y;
-    lost = isfinite(t) ? (t - sum) - y : 0.0f;
-    sum = t;
-}
-
-__device__ __forceinline__ void add_squares(CompensatedSquares& s, float a, float p, float n) {
-    add_compensated(s.sum.ap, s.lost.ap, a - p + TRIPLET_EPS);
-    add_compensated(s.sum.an, s.lost.an, a - n + TRIPLET_EPS);
+__device__ __forceinline__ void add_squares(RowSquares& s, float a, float p, float n) {
+    const double ap = a - p + TRIPLET_EPS, an = a - n + TRIPLET_EPS;
+    s.ap += ap * ap, s.an += an * an;
 }
 
 // --- forward: each row's loss; then launch_sum_partials adds them in a fixed order ---
@@ -43,9 +35,9 @@ forward_kernel(const float* __restrict__ anchor,    // (N, D)
     const int64_t row = blockIdx.x * int64_t(THREADS) + threadIdx.x;  // one thread per row
     if (row >= N) return;
     const float *a = anchor + row * D, *p = positive + row * D, *n = negative + row * D;
-    CompensatedSquares s;
+    RowSquares s;
     for (int64_t j = 0; j < D; ++j) add_squares(s, a[j], p[j], n[j]);
-    row_losses[row] = triplet_row_loss(s.sum);
+    row_losses[row] = triplet_row_loss(s.rounded());
 }
 
 // --- backward: dL/da = (u / d(a, p) - v / d(a, n)) * grad_loss / N on the rows with a loss ---
@@ -61,9 +53,9 @@ backward_kernel(const float* __restrict__ anchor,     // (N, D)
     if (row >= N) return;
     const float *a = anchor + row * D, *p = positive + row * D, *n = negative + row * D;
     float* g = grad_anchor + row * D;
-    CompensatedSquares s;
+    RowSquares s;
     for (int64_t j = 0; j < D; ++j) add_squares(s, a[j], p[j], n[j]);
-    const Coefficients c = triplet_coefficients(s.sum, *grad_loss / float(N));
+    const Coefficients c = triplet_coefficients(s.rounded(), *grad_loss / float(N));
     for (int64_t j = 0; j < D; ++j) g[j] = triplet_grad(a[j], p[j], n[j], c);
 }
 
