@@ -447,7 +447,7 @@ def plot_model_only(specs: Sequence[problems.Problem], device: str = "H100 SXM")
         ax.plot([ridge], [sheet.fp32_tflops * 1e12], "D", color="0.6")
         ax.annotate(f"ridge (datasheet) {ridge:.1f} FLOP/B", (ridge, sheet.fp32_tflops * 1e12), xytext=(0, -16),
                     textcoords="offset points", fontsize=8, ha="right")
-    at: dict[float, list[str]] = {}  # lines closer than a rotated label's width (2.5 % of the axis) share one
+    at: dict[float, list[str]] = {}  # lines closer than their letters (2.5 % of the axis) share one
     span = math.log(x_range[1] / x_range[0])
     for name, direction, x in sorted(lines, key=lambda line: line[2]):
         near = next((k for k in at if math.log(x / k) < 0.025 * span), None)
