@@ -1,13 +1,12 @@
-"""Loss problems: one module per problem, each defining one :class:`Problem`.
+"""Loss problems: one package per loss, each defining one :class:`Problem`, and their registry.
 
 A problem bundles what every part of losslab needs to know about a loss: the
 PyTorch reference, a seeded input generator, named sizes, the input checks,
 the cost model, its rung table (:class:`Rung`: what differs between the rungs
 of its kernel ladder) and the host code that launches them (through
-:mod:`losslab.problems.launch`, the one guarded launch path). Adding a problem
-means adding a module here (listed below), a ``kernels/<name>/`` folder whose
-``launchers.h`` declares the rungs' one forward and one backward signature, and
-a binding ``losslab/build/csrc/<name>.cpp``; nothing else changes.
+:mod:`losslab.problems.launch`, the one guarded launch path). What adding a
+loss takes, and the one line of :data:`REGISTRY` it touches here: the recipe
+in docs/architecture.md ("How to add ...").
 """
 from __future__ import annotations
 
