@@ -23,10 +23,11 @@ COLORS = {"naive": "tab:red", "shared_memory": "tab:orange", "warp_shuffle": "ta
 NO_SWEEP = "no sweep recorded yet: run `python -m losslab bench --all --sweep` on a GPU machine"
 
 
-def wrap_title(text: str, fig) -> str:
-    """``text`` with each of its lines wrapped to the width of ``fig`` (about 12 characters an inch
-    at 10 points): a long device, date and version line would otherwise run past the figure's edges."""
-    width = int(fig.get_figwidth() * 12)
+def wrap_title(text: str, fig=None, inches: float | None = None) -> str:
+    """``text`` with each of its lines wrapped to the width of ``fig``, or ``inches`` before there is
+    a figure (about 12 characters an inch at 10 points): a long device, date and version line would
+    otherwise run past the figure's edges."""
+    width = int((fig.get_figwidth() if fig is not None else inches) * 12)
     return "\n".join(textwrap.fill(line, width) for line in text.split("\n"))
 
 

@@ -403,7 +403,7 @@ def plot_roofline(sections: records.Section | list[records.Section], directions:
     lowest = min([flops for _, flops in mufu_lines] + [top])  # the label column goes below it
     if ax is None:
         room = math.log(lowest / y_range[0]) / math.log(y_range[1] / y_range[0])
-        lines = sum(max(1, math.ceil(len(line) / 168)) for line in (title or _title(sections)).split("\n"))
+        lines = wrap_title(title or _title(sections), inches=figure_size(0)[0]).count("\n") + 1
         fig, ax = plt.subplots(figsize=figure_size(len(pts), room, lines), layout="constrained")
     else:
         fig = ax.figure
