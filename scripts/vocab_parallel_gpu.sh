@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# The vocabulary-parallel cross-entropy on a GPU machine, in one call (under 4 minutes warm): the
+# The vocabulary-parallel cross-entropy on a GPU machine, in one call (under 5 minutes warm): the
 # compile and gpu tiers of tests/test_distributed.py (the kernels against float64, a CUDA graph,
 # NCCL over two GPUs when two are visible), then the benchmark under torchrun on NPROC GPUs
 # (default 2, the issue's goal; at least 2 must be visible): N 8192, V 128256 and 256000, bfloat16,
 # forward+backward, against Megatron-style, loss_parallel() and the single-GPU floor, with the
-# collectives' latency and bandwidth and the copy bandwidth its goal is computed from. Logs and JSON
+# collectives' latency and bandwidth and the copy bandwidth its goal is computed from; and the
+# linear loss at the Llama-3-8B and Gemma-2-2B heads against the logits slice made whole and the
+# three GEMMs alone. Logs and JSON
 # go to $OUT (default ./gpu-out); RECORD=1 also writes
 # reports/results/vocab_parallel/<device>-x<world>.json. The benchmark's table prints last.
 #   usage: scripts/vocab_parallel_gpu.sh        e.g. RECORD=1 OUT=/tmp/out scripts/vocab_parallel_gpu.sh
@@ -30,7 +32,7 @@ if [ "$gpus" -ge "$nproc" ] && [ "$nproc" -ge 2 ]; then
     echo "== torchrun --nproc-per-node=$nproc -m losslab.distributed.bench"
     record=(); [ "${RECORD:-0}" = 1 ] && record=(--record)
     # torchrun of this python (python -m torch.distributed.run is torchrun)
-    timeout 150 python3 -m torch.distributed.run --nproc-per-node="$nproc" -m losslab.distributed.bench \
+    timeout 300 python3 -m torch.distributed.run --nproc-per-node="$nproc" -m losslab.distributed.bench \
         --json "$OUT/vocab_parallel.json" "${record[@]}" > "$OUT/bench.log" 2>&1
     bench=$?
     [ "${RECORD:-0}" = 1 ] && cp reports/results/vocab_parallel/*.json "$OUT/" 2>/dev/null

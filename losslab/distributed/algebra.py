@@ -50,6 +50,17 @@ def row_losses(combined: Combined, target: torch.Tensor, vocab_size: int, ignore
     return torch.where(target == ignore_index, 0.0, torch.where(in_range, loss, torch.nan))
 
 
+def row_weight(target: torch.Tensor, vocab_size: int, ignore_index: int, reduction: str,
+               dtype: torch.dtype) -> torch.Tensor:
+    """Each row's weight in the loss (dLoss/dloss_row) [N] of ``dtype``, from the targets alone, so a
+    loss that writes its gradient before its rows' losses exist can scale it: 0 on an ignored row,
+    NaN where the target is outside [0, vocab_size), else 1, divided by the rows not ignored for "mean"."""
+    kept = target != ignore_index
+    in_range = (target >= 0) & (target < vocab_size)
+    weight = torch.where(kept & ~in_range, torch.nan, kept.to(dtype))
+    return weight / kept.sum().clamp_min(1) if reduction == "mean" else weight
+
+
 def reduce(losses: torch.Tensor, target: torch.Tensor, ignore_index: int, reduction: str,
            ) -> tuple[torch.Tensor, torch.Tensor]:
     """The loss as ``reduction`` asks ("mean" over the rows not ignored, as PyTorch: 0/0 = NaN when
