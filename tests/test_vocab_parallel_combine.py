@@ -23,7 +23,8 @@ def gathered_statistics(full, target, widths):
     """[W, N, 4]: ``statistics`` of each slice of ``full`` [N, sum(widths)], stacked as the
     all-gather stacks them."""
     starts = [sum(widths[:r]) for r in range(len(widths))]
-    return torch.stack([K.statistics(full[:, s:s + w].contiguous(), target, s) for s, w in zip(starts, widths)])
+    slices = zip(starts, widths, strict=True)
+    return torch.stack([K.statistics(full[:, s:s + w].contiguous(), target, s) for s, w in slices])
 
 
 def norm_relative(got, want) -> float:
