@@ -45,7 +45,7 @@ def test_cpu_combine_matches_f_cross_entropy_and_the_algebra(widths, label_smoot
     vocab, n = sum(widths), 16
     g = torch.Generator().manual_seed(len(widths))
     full = torch.randn(n, vocab, generator=g, dtype=torch.float64) * 4
-    target = torch.randint(widths[0], vocab, (n,), generator=g)  # rows 2 and 6 may own the -inf slice: not
+    target = torch.randint(widths[0], vocab, (n,), generator=g)  # never in the first slice, -inf on rows 2, 6
     target[[3, 10]] = IGNORE
     target[5], target[12] = vocab, -5  # out of range
     full[[2, 6], :widths[0]] = -torch.inf  # a slice of -inf logits: (-DBL_MAX, 0, 0, -inf) from statistics

@@ -119,6 +119,8 @@ def _(gathered, target, vocab_size, ignore_index, label_smoothing):
     if gathered.dtype != torch.float32:
         raise TypeError(f"gathered: the CUDA kernel takes float32, got {gathered.dtype}")
     gathered, target = gathered.contiguous(), target.contiguous()
+    if gathered.data_ptr() % 16:  # the kernel reads float4s; a view may start mid-tuple
+        gathered = gathered.clone()
     world, n = gathered.shape[:2]
     out = gathered.new_empty((COMBINED, n))
     launch(extension().combine, gathered.device, gathered, target, out, world, n, vocab_size, ignore_index,
