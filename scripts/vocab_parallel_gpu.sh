@@ -19,10 +19,11 @@ export NCCL_NVLS_ENABLE=0  # NVLink multicast (NVLS) off
 gpus=$(python3 -c "import torch; print(torch.cuda.device_count())")
 nvidia-smi --query-gpu=name,driver_version --format=csv | tee "$OUT/nvidia-smi.txt"
 
-echo "== pytest: compile and gpu tiers of tests/test_distributed.py"
+echo "== pytest: compile and gpu tiers of tests/test_distributed.py and tests/test_vocab_parallel_combine.py"
 python3 -c "from losslab.distributed import kernels; kernels.extension()" > "$OUT/build.log" 2>&1 \
     || { tail -n 20 "$OUT/build.log"; exit 1; }  # built once here, before the tests and torchrun's ranks
-python3 -m pytest -v -rs -m "gpu or compile" -p no:cacheprovider tests/test_distributed.py > "$OUT/pytest.log" 2>&1
+python3 -m pytest -v -rs -m "gpu or compile" -p no:cacheprovider tests/test_distributed.py \
+    tests/test_vocab_parallel_combine.py > "$OUT/pytest.log" 2>&1
 tests=$?
 tail -n 15 "$OUT/pytest.log"
 

@@ -143,20 +143,20 @@ def measure_size(vocab: int, dtype: torch.dtype, world: int, rank: int, flush: t
                                          setup=lambda: setattr(whole, "grad", None))
     stats = kernels.statistics(local.detach(), target, partition.start)
     gathered = all_gather(stats, world, None)
-    combined = algebra.combine(gathered)
+    row_max, row_log_sum = kernels.combine(gathered, target, vocab, -100, 0.0)[:2]
     weight = torch.full((ROWS,), 1 / ROWS, device="cuda")
     one = torch.ones((), dtype=dtype, device="cuda")
 
     def combine():
-        losses = algebra.row_losses(algebra.combine(gathered), target, vocab, -100, 0.0)
-        return algebra.reduce(losses, target, -100, "mean")
+        _, _, losses, kept = kernels.combine(gathered, target, vocab, -100, 0.0)
+        return algebra.reduce(losses, kept, target, -100, "mean")
 
     phases = {
         "statistics": per_call_ms(lambda: kernels.statistics(local.detach(), target, partition.start), flush),
         "all_gather": per_call_ms(lambda: all_gather(stats, world, None), flush),
         "combine": per_call_ms(combine, flush),
-        "gradient": per_call_ms(lambda: kernels.gradient(local.detach(), target, combined.row_max,
-                                                         combined.row_log_sum, weight, one, partition.start,
+        "gradient": per_call_ms(lambda: kernels.gradient(local.detach(), target, row_max,
+                                                         row_log_sum, weight, one, partition.start,
                                                          1.0, 0.0), flush),
     }
     return {"rows": ROWS, "vocab": vocab, "dtype": str(dtype).removeprefix("torch."), "widths": list(widths),

@@ -2,7 +2,7 @@
 whose logits are made and consumed a chunk of tokens at a time, so no rank holds its slice whole.
 
 Per chunk: this rank's logits by one cuBLAS GEMM into a reused buffer, their statistics
-(``kernels.statistics``), one all-gather of them, the combination (``algebra``), the chunk's
+(``kernels.statistics``), one all-gather of them, their combination (``kernels.combine``), the chunk's
 gradient (``kernels.gradient``) and two GEMMs into the input's partial and the weight's gradients.
 The backward scales those and all-reduces the input's: a collective per chunk forward, one backward.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from losslab.distributed import algebra, kernels
+from losslab.distributed import kernels
 from losslab.distributed.checks import check_linear_arguments, validate_across_ranks
 from losslab.distributed.collectives import all_gather
 from losslab.distributed.partition import VocabPartition, partition_of
@@ -20,43 +20,40 @@ from losslab.linear_cross_entropy.options import Options
 from losslab.linear_cross_entropy.options import chunk_rows as default_chunk_rows
 
 
-def _chunks(input, local_weight, target, partition, group, label_smoothing, row_weight, wants, chunk_rows,
-            ignore_index=None, saved=None):
-    """The chunk loop of both directions: (row losses, row max, row log-sum, grad_input, grad_weight).
+def _chunks(input, local_weight, target, partition, group, ignore_index, label_smoothing, wants, chunk_rows,
+            row_scale=None, saved=None):
+    """The chunk loop of both directions: (per-row results [4, N], grad_input, grad_weight).
 
     Forward (``saved`` None): each chunk's statistics are all-gathered and combined into its rows'
-    losses and global (max, log-sum), [N] each. Reduction none's backward (``saved`` = the forward's
-    (max, log-sum)): no collective; the losses are not computed again. Gradients (None unless
-    ``wants``) for a loss whose gradient per row is ``row_weight`` [N]: the input's is this rank's
-    part, to be summed over the ranks; the weight's is accumulated in its dtype chunk by chunk."""
+    (max, log-sum, loss, kept) as ``kernels.combine`` writes them. Reduction none's backward
+    (``saved`` = the forward's results): no collective. Gradients (None unless ``wants``) of the
+    loss whose gradient per row is kept x ``row_scale`` (0-d, or [N]; None: 1): the input's is this
+    rank's part, to be summed over the ranks; the weight's is accumulated in its dtype chunk by chunk."""
     n, vocab, world = input.shape[0], partition.vocab_size, len(partition.widths)
-    math = row_weight.dtype
-    losses = None if saved else torch.empty(n, dtype=math, device=input.device)
-    row_max, row_log_sum = saved or (torch.empty(n, dtype=math, device=input.device),
-                                     torch.empty(n, dtype=math, device=input.device))
+    math = torch.float64 if input.dtype == torch.float64 else torch.float32
+    rows = saved if saved is not None else torch.empty(kernels.COMBINED, n, dtype=math, device=input.device)
     grad_input = torch.empty_like(input) if wants[0] else None
     grad_weight = torch.zeros_like(local_weight) if wants[1] else None
     buffer = input.new_empty(min(chunk_rows, n), partition.size)
-    one = torch.ones((), dtype=input.dtype, device=input.device)  # grad_loss: row_weight carries the scale
+    one = torch.ones((), dtype=input.dtype, device=input.device)  # grad_loss: the row weights carry the scale
     for start in range(0, n, chunk_rows):
         end = min(start + chunk_rows, n)
-        x, t, logits = input[start:end], target[start:end], buffer[:end - start]
+        x, t, logits, chunk = input[start:end], target[start:end], buffer[:end - start], rows[:, start:end]
         torch.mm(x, local_weight.t(), out=logits)
         if saved is None:
             gathered = all_gather(kernels.statistics(logits, t, partition.start), world, group)  # the collective
-            combined = algebra.combine(gathered)
-            losses[start:end] = algebra.row_losses(combined, t, vocab, ignore_index, label_smoothing)
-            row_max[start:end], row_log_sum[start:end] = combined.row_max, combined.row_log_sum
+            chunk.copy_(kernels.combine(gathered, t, vocab, ignore_index, label_smoothing))
         if grad_input is None and grad_weight is None:
             continue
-        grad_logits = kernels.gradient(logits, t, row_max[start:end], row_log_sum[start:end],
-                                       row_weight[start:end], one, partition.start, 1.0 - label_smoothing,
-                                       label_smoothing / vocab)
+        row_max, row_log_sum, _, kept = chunk
+        weight = kept if row_scale is None else kept * (row_scale if row_scale.dim() == 0 else row_scale[start:end])
+        grad_logits = kernels.gradient(logits, t, row_max, row_log_sum, weight, one, partition.start,
+                                       1.0 - label_smoothing, label_smoothing / vocab)
         if grad_input is not None:
             torch.mm(grad_logits, local_weight, out=grad_input[start:end])
         if grad_weight is not None:
             torch.addmm(grad_weight, grad_logits.t(), x, out=grad_weight)
-    return losses, row_max, row_log_sum, grad_input, grad_weight
+    return rows, grad_input, grad_weight
 
 
 class _VocabParallelLinearCrossEntropy(torch.autograd.Function):
@@ -67,30 +64,29 @@ class _VocabParallelLinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, input, local_weight, target, partition, group, ignore_index, label_smoothing, reduction,
                 chunk_rows):
-        math = torch.float64 if input.dtype == torch.float64 else torch.float32
-        vocab = partition.vocab_size
         ctx.none = reduction == "none"
         wants = (False, False) if ctx.none else tuple(ctx.needs_input_grad[:2])
-        row_weight = algebra.row_weight(target, vocab, ignore_index, reduction, math)
-        losses, row_max, row_log_sum, *grads = _chunks(input, local_weight, target, partition, group,
-                                                       label_smoothing, row_weight, wants, chunk_rows, ignore_index)
+        math = torch.float64 if input.dtype == torch.float64 else torch.float32
+        count = (target != ignore_index).sum().to(math)  # the mean's divisor, known before any chunk's gradient
+        scale = 1.0 / count.clamp_min(1) if reduction == "mean" else None
+        rows, *grads = _chunks(input, local_weight, target, partition, group, ignore_index, label_smoothing, wants,
+                               chunk_rows, scale)
         ctx.group, ctx.partition, ctx.options = group, partition, (ignore_index, label_smoothing, chunk_rows)
         ctx.grads, ctx.backward_calls = grads, 0  # not saved tensors: the backward scales them in place
         if ctx.none:
-            ctx.save_for_backward(input, local_weight, target, row_max, row_log_sum)
-        loss, _ = algebra.reduce(losses, target, ignore_index, reduction)
+            ctx.save_for_backward(input, local_weight, target, rows)
+        losses = rows[2]
+        loss = losses if ctx.none else losses.sum() / count if reduction == "mean" else losses.sum()
         return loss.to(input.dtype)
 
     @staticmethod
     def backward(ctx, grad_loss):
         if ctx.none:
-            input, local_weight, target, row_max, row_log_sum = ctx.saved_tensors
+            input, local_weight, target, rows = ctx.saved_tensors
             ignore_index, label_smoothing, chunk_rows = ctx.options
-            weight = algebra.row_weight(target, ctx.partition.vocab_size, ignore_index, "none", row_max.dtype)
-            _, _, _, grad_input, grad_weight = _chunks(input, local_weight, target, ctx.partition, ctx.group,
-                                                       label_smoothing, weight * grad_loss.to(weight.dtype),
-                                                       ctx.needs_input_grad[:2], chunk_rows,
-                                                       saved=(row_max, row_log_sum))
+            _, grad_input, grad_weight = _chunks(input, local_weight, target, ctx.partition, ctx.group, ignore_index,
+                                                 label_smoothing, ctx.needs_input_grad[:2], chunk_rows,
+                                                 grad_loss.to(rows.dtype), saved=rows)
         else:
             if ctx.backward_calls:
                 raise RuntimeError("vocab_parallel_linear_cross_entropy: backward can run once per forward (it "
