@@ -404,6 +404,9 @@ def world_of_one(tmp_path_factory):
 
 
 TOLERANCE = {torch.float32: (1e-5, 1e-5), torch.bfloat16: (8e-3, 2e-2)}  # (loss, gradient), relative
+# the linear loss in bfloat16: cuBLAS writes its logits (about +-15 here) in bfloat16, off by up to
+# 2^-8 of them, so each softmax term by ~3 %; the weight's gradient sums those over few tokens
+LINEAR_TOLERANCE = {torch.float32: (1e-5, 1e-5), torch.bfloat16: (8e-3, 5e-2)}
 
 
 @pytest.mark.gpu
@@ -497,7 +500,7 @@ def test_linear_value_and_gradients_on_cuda(world_of_one, dtype, reduction):
     value, grad_input, grad_weight = norm_errors(run_linear_case((4099,), 0, device="cuda", dtype=dtype,
                                                                  reduction=reduction, label_smoothing=0.1,
                                                                  chunk_rows=7))
-    value_tol, grad_tol = TOLERANCE[dtype]
+    value_tol, grad_tol = LINEAR_TOLERANCE[dtype]
     assert value <= value_tol and grad_input <= grad_tol and grad_weight <= grad_tol, (value, grad_input, grad_weight)
 
 
@@ -547,7 +550,7 @@ def test_nccl_over_two_gpus(tmp_path):
             value, grad = out[str(dtype)]
             assert value <= TOLERANCE[dtype][0] and grad <= TOLERANCE[dtype][1], (rank, dtype, value, grad)
             value, grad_input, grad_weight = out[f"linear {dtype}"]
-            assert value <= TOLERANCE[dtype][0] and max(grad_input, grad_weight) <= TOLERANCE[dtype][1], \
+            assert value <= LINEAR_TOLERANCE[dtype][0] and max(grad_input, grad_weight) <= LINEAR_TOLERANCE[dtype][1], \
                 (rank, dtype, value, grad_input, grad_weight)
 
 

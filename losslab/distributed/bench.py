@@ -181,7 +181,8 @@ def extra_gib(fn: Callable[[], object]) -> float:
 
 def measure_linear(name: str, world: int, rank: int, flush: torch.Tensor) -> dict:
     """Forward+backward ms per call and extra GiB of the linear loss at one of ``HEADS`` with its
-    output layer split evenly over the ranks, against: this rank's logits slice made whole by one
+    output layer split evenly over the ranks (with its default chunks, and in four chunks), against:
+    this rank's logits slice made whole by one
     GEMM, then losslab's vocab_parallel_cross_entropy or the Megatron-style loss, and the three
     GEMMs alone (logits, the input's and the weight's gradients: the time floor). Every variant
     ends with the all-reduce of the input's gradient, as a tensor-parallel layer does."""
@@ -198,8 +199,9 @@ def measure_linear(name: str, world: int, rank: int, flush: torch.Tensor) -> dic
     def clear():
         x.grad = w.grad = None
 
-    def losslab():
-        vocab_parallel_linear_cross_entropy(x, w, target, partition=partition).backward()
+    def losslab(chunk_rows=None):
+        return lambda: vocab_parallel_linear_cross_entropy(x, w, target, partition=partition,
+                                                           chunk_rows=chunk_rows).backward()
 
     def logits_then(loss_fn):
         def step():
@@ -215,7 +217,8 @@ def measure_linear(name: str, world: int, rank: int, flush: torch.Tensor) -> dic
             dist.all_reduce(grad_input)
 
     megatron = lambda logits, t, partition: megatron_style_cross_entropy(logits, t, partition)  # noqa: E731
-    variants = {"losslab": losslab, "logits_then_losslab": logits_then(vocab_parallel_cross_entropy),
+    variants = {"losslab": losslab(), "losslab_4_chunks": losslab(-(-head.tokens // 4)),
+                "logits_then_losslab": logits_then(vocab_parallel_cross_entropy),
                 "logits_then_megatron_style": logits_then(megatron), "gemms": gemms}
     ms, memory = {}, {}
     for key, fn in variants.items():

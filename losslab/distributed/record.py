@@ -85,8 +85,8 @@ def table(data: dict) -> str:
     return "\n".join(lines)
 
 
-LINEAR_COLUMNS = {"losslab": "losslab", "logits_then_losslab": "logits+ll", "logits_then_megatron_style": "logits+Meg",
-                  "gemms": "3 GEMMs"}
+LINEAR_COLUMNS = {"losslab": "losslab", "losslab_4_chunks": "ll 4 chunks", "logits_then_losslab": "logits+ll",
+                  "logits_then_megatron_style": "logits+Meg", "gemms": "3 GEMMs"}
 
 
 def linear_table(data: dict) -> list[str]:
@@ -98,8 +98,10 @@ def linear_table(data: dict) -> list[str]:
              + f"{'x GEMMs':>9}"]
     for h in heads:
         label = f"{h['head']} ({h['rows']}, {h['hidden']}, {h['vocab']})"
-        cells = "".join(f"{h['ms'][key]:>8.2f} /{h['extra_gib'][key]:>5.2f}" for key in LINEAR_COLUMNS)
+        cells = "".join(f"{h['ms'][key]:>8.2f} /{h['extra_gib'][key]:>5.2f}" if key in h["ms"] else f"{'-':>16}"
+                        for key in LINEAR_COLUMNS)
         lines.append(f"{label:<30}{cells}{h['ms']['losslab'] / h['ms']['gemms']:>9.2f}")
-    lines.append("logits+ll: this rank's logits made whole, then vocab_parallel_cross_entropy; logits+Meg: the same "
-                 "with the Megatron-style loss; 3 GEMMs: the time floor")
+    lines.append("losslab: default chunks (about 256 MiB); ll 4 chunks: chunk_rows N/4; logits+ll: this rank's logits "
+                 "made whole, then vocab_parallel_cross_entropy; logits+Meg: the same with the Megatron-style loss; "
+                 "3 GEMMs: the time floor")
     return lines
