@@ -162,13 +162,34 @@ def _(local_logits, target, row_max, row_log_sum, row_weight, grad_loss, vocab_s
 @gradient.register_kernel("cuda")
 def _(local_logits, target, row_max, row_log_sum, row_weight, grad_loss, vocab_start, target_weight,
       smoothing_per_class):
+    local_logits = local_logits.contiguous()
+    out = torch.empty_like(local_logits)
+    _launch_gradient(local_logits, target, row_max, row_log_sum, row_weight, grad_loss, vocab_start, target_weight,
+                     smoothing_per_class, out)
+    return out
+
+
+def _launch_gradient(local_logits, target, row_max, row_log_sum, row_weight, grad_loss, vocab_start, target_weight,
+                     smoothing_per_class, out) -> None:
     _check_cuda_dtype(local_logits)
-    local_logits, target = local_logits.contiguous(), target.contiguous()
+    target = target.contiguous()
     row_max, row_log_sum, row_weight = (t.float().contiguous() for t in (row_max, row_log_sum, row_weight))
     n, v = local_logits.shape
     grad_loss = grad_loss.to(local_logits.dtype).contiguous()
-    out = torch.empty_like(local_logits)
     launch(extension().gradient, local_logits.device, local_logits, target, row_max, row_log_sum, row_weight,
            grad_loss, 0 if grad_loss.dim() == 0 else 1, out, n, v, vocab_start, float(target_weight),
            float(smoothing_per_class), local_logits.dtype)
-    return out
+
+
+def gradient_in_place(local_logits: torch.Tensor, target: torch.Tensor, row_max: torch.Tensor,
+                      row_log_sum: torch.Tensor, row_weight: torch.Tensor, grad_loss: torch.Tensor, vocab_start: int,
+                      target_weight: float, smoothing_per_class: float) -> None:
+    """:func:`gradient` written over ``local_logits`` (contiguous), so a chunk loop needs one buffer,
+    not two. Not an operator: eager code only (the linear loss's chunks). On CUDA the kernel reads
+    each element before the same thread writes it, so reading and writing one tensor is safe."""
+    if local_logits.is_cuda:
+        _launch_gradient(local_logits, target, row_max, row_log_sum, row_weight, grad_loss, vocab_start,
+                         target_weight, smoothing_per_class, local_logits)
+    else:
+        local_logits.copy_(gradient(local_logits, target, row_max, row_log_sum, row_weight, grad_loss, vocab_start,
+                                    target_weight, smoothing_per_class))

@@ -2,8 +2,9 @@
 whose logits are made and consumed a chunk of tokens at a time, so no rank holds its slice whole.
 
 Per chunk: this rank's logits by one cuBLAS GEMM into a reused buffer, their statistics
-(``kernels.statistics``), one all-gather of them, their combination (``kernels.combine``), the chunk's
-gradient (``kernels.gradient``) and two GEMMs into the input's partial and the weight's gradients.
+(``kernels.statistics``), one all-gather of them, their combination (``kernels.combine``), the
+chunk's gradient written over its logits (``kernels.gradient_in_place``) and two GEMMs into the
+input's partial and the weight's gradients.
 The backward scales those and all-reduces the input's: a collective per chunk forward, one backward.
 """
 from __future__ import annotations
@@ -47,12 +48,12 @@ def _chunks(input, local_weight, target, partition, group, ignore_index, label_s
             continue
         row_max, row_log_sum, _, kept = chunk
         weight = kept if row_scale is None else kept * (row_scale if row_scale.dim() == 0 else row_scale[start:end])
-        grad_logits = kernels.gradient(logits, t, row_max, row_log_sum, weight, one, partition.start,
-                                       1.0 - label_smoothing, label_smoothing / vocab)
+        kernels.gradient_in_place(logits, t, row_max, row_log_sum, weight, one, partition.start,
+                                  1.0 - label_smoothing, label_smoothing / vocab)  # the buffer now holds dL/dz
         if grad_input is not None:
-            torch.mm(grad_logits, local_weight, out=grad_input[start:end])
+            torch.mm(logits, local_weight, out=grad_input[start:end])
         if grad_weight is not None:
-            torch.addmm(grad_weight, grad_logits.t(), x, out=grad_weight)
+            torch.addmm(grad_weight, logits.t(), x, out=grad_weight)
     return rows, grad_input, grad_weight
 
 
@@ -124,10 +125,11 @@ def vocab_parallel_linear_cross_entropy(input: torch.Tensor, local_weight: torch
             :func:`losslab.distributed.vocab_parallel_cross_entropy`.
         group, ignore_index, label_smoothing, reduction, validate, partition: as there.
         chunk_rows: token rows per chunk (None: sized as ``losslab.nn.functional.linear_cross_entropy``
-            sizes its chunks, about 256 MiB of logits and their gradient beside the weight's gradient).
+            sizes its chunks: the input's gradient and one chunk within about 256 MiB).
     Returns the loss in ``input``'s dtype (softmax math in float32): 0-d, or [N] for reduction "none".
-    Memory beside the inputs and gradients: two [chunk_rows, V_local] buffers of input's dtype and a
-    few floats a row. A 16-bit weight's gradient is rounded to its dtype after each chunk's GEMM.
+    Memory beside the inputs and gradients: one [chunk_rows, V_local] buffer of input's dtype (the
+    chunk's logits, then their gradient) and a few floats a row. A 16-bit weight's gradient is
+    rounded to its dtype after each chunk's GEMM.
 
     Raises:
         TypeError, ValueError: a bad argument, one line naming it.
@@ -145,8 +147,8 @@ def vocab_parallel_linear_cross_entropy(input: torch.Tensor, local_weight: torch
                               width_name="local_weight")
     if partition.size != width:
         raise ValueError(f"partition: it gives this rank {partition.size} classes, local_weight has {width} rows")
-    if chunk_rows is None:  # two chunk buffers (logits and their gradient) share the budget
-        chunk_rows = max(1, default_chunk_rows(Options(), *input.shape, width, input.element_size()) // 2)
+    if chunk_rows is None:
+        chunk_rows = default_chunk_rows(Options(), *input.shape, width, input.element_size())
     return _VocabParallelLinearCrossEntropy.apply(input.contiguous(), local_weight.contiguous(),
                                                   target.contiguous(), partition, group, ignore_index,
                                                   float(label_smoothing), reduction, chunk_rows)
