@@ -621,3 +621,4 @@ def test_notebook_09_renders_a_record_and_says_when_there_is_none(tmp_path, voca
     assert "STALE: the kernels or losslab/distributed/ have changed" in text  # the fixture's sources are zeros
     assert "8192 x 256000 Megatron-style" in text and "meets the goal" in text
     assert "Llama-3-8B: losslab takes 1.25x its three GEMMs' time and 0.75 GiB" in text
+    assert text.count("vocab-parallel linear cross-entropy") == 1  # in its own section only

@@ -59,8 +59,8 @@ def load_all(folder: Path | str = FOLDER) -> list[dict]:
     return sorted(found, key=lambda d: d.get("date", ""), reverse=True)
 
 
-def table(data: dict) -> str:
-    """The short table rank 0 prints last."""
+def table(data: dict, linear: bool = True) -> str:
+    """The short table rank 0 prints last; with ``linear``, the linear loss's rows too (:func:`linear_table`)."""
     c = data["collectives"]
     lines = [f"vocab-parallel cross-entropy, {data['world']} x {data['device']}, {data['sizes'][0]['dtype']}, "
              "forward+backward, median ms per call (slowest rank)",
@@ -80,7 +80,7 @@ def table(data: dict) -> str:
                  f"all-gather {c['all_gather_bus_gbps']:.0f}; copy {c['copy_gbps']:.0f} GB/s")
     lines.append(f"goal: losslab within {GOAL_FACTOR}x of the model (3 x local slice bytes / copy bandwidth "
                  "+ all-gather latency) and 2x faster than loss_parallel")
-    if data.get("linear"):
+    if linear and data.get("linear"):
         lines += ["", *linear_table(data)]
     return "\n".join(lines)
 
