@@ -123,7 +123,8 @@ def results_dir(tmp_path) -> Path:
 @pytest.fixture
 def vocab_parallel_record() -> dict:
     """A two-GPU record as ``losslab.distributed.bench`` writes it, with made-up round numbers on
-    "Fixture GPU": losslab 1 ms, Megatron-style 2 ms, loss_parallel 4 ms, one GPU 1.5 ms per size."""
+    "Fixture GPU": losslab 1 ms, Megatron-style 2 ms, loss_parallel 4 ms, one GPU 1.5 ms per size; the
+    linear loss at one head: losslab 25 ms / 0.75 GiB, its three GEMMs 20 ms."""
     phases = {"statistics": 0.4, "all_gather": 0.02, "combine": 0.03, "gradient": 0.5}
     sizes = [{"rows": 8192, "vocab": vocab, "dtype": "bfloat16", "widths": [vocab // 2] * 2,
               "ms": {"losslab": 1.0, "megatron_style": 2.0, "loss_parallel": 4.0, "single_gpu_floor": 1.5},
@@ -132,9 +133,14 @@ def vocab_parallel_record() -> dict:
     collectives = {"all_gather_latency_ms": 0.015, "all_reduce_latency_ms": 0.015, "all_gather_statistics_ms": 0.02,
                    "three_all_reduces_ms": 0.06, "statistics_bytes_per_rank": 8192 * 16, "bandwidth_bytes": 2**28,
                    "all_reduce_bus_gbps": 300.0, "all_gather_bus_gbps": 300.0, "copy_gbps": 3000.0}
+    linear = [{"head": "Llama-3-8B", "rows": 8192, "hidden": 4096, "vocab": 128256, "dtype": "bfloat16",
+               "widths": [64128] * 2, "gradients_gib": 0.56,
+               "ms": {"losslab": 25.0, "logits_then_losslab": 24.0, "logits_then_megatron_style": 40.0, "gemms": 20.0},
+               "extra_gib": {"losslab": 0.75, "logits_then_losslab": 2.5, "logits_then_megatron_style": 6.0,
+                             "gemms": 1.0}}]
     return {"device": "Fixture GPU", "world": 2, "torch": "fixture", "cuda": "fixture", "nccl": "fixture",
             "date": FIXTURE_DATE, "sources_sha256": "0" * 64, "collectives": collectives, "sizes": sizes,
-            "protocol": "fixture"}
+            "linear": linear, "protocol": "fixture"}
 
 
 @pytest.fixture

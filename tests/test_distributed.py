@@ -1,12 +1,13 @@
-"""losslab.distributed: the vocabulary-parallel cross-entropy and its peers.
+"""losslab.distributed: the vocabulary-parallel cross-entropy, its linear form, and their peers.
 
 cpu tier: one torch.multiprocessing spawn per world size (2 and 4 processes, gloo) runs every
-case inside: float64 value and gradient against F.cross_entropy on the gathered logits (even and
-uneven slices, ignored targets, label smoothing, every reduction), the peers, validate=True's
-errors on every rank, and the collectives counted (one in the forward, none in the backward);
-the operators' fake shapes; the binding stays out of the records' freshness hash.
-compile tier: the kernels build. gpu tier: the CUDA kernels against float64 in a world of one
-(NCCL), float32 and bfloat16, a CUDA graph capture; NCCL over two GPUs when two are visible.
+case inside: float64 value and gradients against F.cross_entropy on the gathered logits, or of the
+whole output layer for the linear loss (even and uneven slices, ignored targets, label smoothing,
+every reduction, chunks), the peers, validate=True's errors on every rank, and the collectives
+counted (one in the forward and none in the backward; for the linear loss one a chunk and one
+all-reduce); the operators' fake shapes; the binding stays out of the records' freshness hash.
+compile tier: the kernels build. gpu tier: the CUDA path against float64 in a world of one (NCCL),
+float32 and bfloat16, a CUDA graph capture; NCCL over two GPUs when two are visible.
 """
 import faulthandler
 import functools
@@ -25,6 +26,7 @@ from losslab.distributed import (
     loss_parallel_forward_backward,
     megatron_style_cross_entropy,
     vocab_parallel_cross_entropy,
+    vocab_parallel_linear_cross_entropy,
 )
 from losslab.distributed import kernels as K
 from losslab.distributed.collectives import gather_name
@@ -70,6 +72,40 @@ def run_case(widths, rank, group=None, grad_seed=1, device="cpu", dtype=torch.fl
     want, want_grad = reference(full, target, grad_out.to(full.device), **options)
     start = sum(widths[:rank])
     return loss.detach().double(), want, local.grad.double(), want_grad[:, start:start + widths[rank]]
+
+
+HIDDEN = 6
+
+
+def run_linear_case(widths, rank, group=None, device="cpu", dtype=torch.float64, ignored=ROWS_IGNORED, chunk_rows=5,
+                    seed=0, **options):
+    """(loss, reference, input's gradient, its reference, local_weight's gradient, its reference), all
+    float64: the vocabulary-parallel linear loss of [N, HIDDEN] inputs and ``widths``-row slices of
+    the weight, in chunks of ``chunk_rows`` tokens, backward from a random grad_out; the reference
+    is F.cross_entropy(input @ weight.T) on the whole weight in float64."""
+    g = torch.Generator().manual_seed(seed)
+    vocab = sum(widths)
+    full_input = torch.randn(N, HIDDEN, generator=g, dtype=torch.float64)
+    weight = torch.randn(vocab, HIDDEN, generator=g, dtype=torch.float64) * 2
+    target = torch.randint(0, vocab, (N,), generator=g)
+    target[list(ignored)] = -100
+    start = sum(widths[:rank])
+    x = full_input.to(dtype).to(device).requires_grad_()
+    w = weight[start:start + widths[rank]].to(dtype).to(device).requires_grad_()
+    loss = vocab_parallel_linear_cross_entropy(x, w, target.to(device), group=group, chunk_rows=chunk_rows, **options)
+    grad_out = torch.rand(loss.shape, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    loss.backward(grad_out.to(loss.dtype).to(device))
+    xr = x.detach().double().cpu().requires_grad_()
+    wr = torch.cat([weight[:start], w.detach().double().cpu(), weight[start + widths[rank]:]]).requires_grad_()
+    want = F.cross_entropy(xr @ wr.T, target, **options)
+    want.backward(grad_out)
+    return (loss.detach().double().cpu(), want.detach(), x.grad.double().cpu(), xr.grad, w.grad.double().cpu(),
+            wr.grad[start:start + widths[rank]])
+
+
+def linear_errors(case) -> tuple[float, float, float]:
+    loss, want, grad_input, want_input, grad_weight, want_weight = case
+    return relative(loss, want), relative(grad_input, want_input), relative(grad_weight, want_weight)
 
 
 def relative(got, want) -> float:
@@ -128,6 +164,18 @@ def cpu_cases(rank: int, world: int, folder: str) -> None:
     errors["all ignored"] = (relative(got, want), relative(grad, want_grad))
     got, want, grad, want_grad = run_case(UNEVEN[world], rank, dtype=torch.float32, label_smoothing=0.2)
     errors["float32"] = (relative(got, want), relative(grad, want_grad))
+    linear = {}  # the linear loss: (value, input's gradient, weight's gradient) errors
+    for layout, widths in (("even", even), ("uneven", UNEVEN[world])):
+        for reduction in ("mean", "sum", "none"):
+            for smoothing in (0.0, 0.1):
+                case = run_linear_case(widths, rank, reduction=reduction, label_smoothing=smoothing)
+                linear[f"{layout} {reduction} eps={smoothing}"] = linear_errors(case)
+    linear["one chunk (chunk_rows None)"] = linear_errors(run_linear_case(UNEVEN[world], rank, chunk_rows=None))
+    linear["a chunk a row"] = linear_errors(run_linear_case(UNEVEN[world], rank, chunk_rows=1, reduction="none"))
+    linear["all ignored"] = linear_errors(run_linear_case(UNEVEN[world], rank, ignored=range(N)))
+    linear["ignore_index=5"] = linear_errors(run_linear_case(UNEVEN[world], rank, ignored=(), ignore_index=5))
+    linear["float32"] = linear_errors(run_linear_case(UNEVEN[world], rank, dtype=torch.float32, label_smoothing=0.2))
+    out["linear errors"] = linear
 
     # the collectives: a first call gathers the widths (cached), later ones exchange only the statistics
     full, target = full_inputs(sum(UNEVEN[world]))
@@ -145,6 +193,15 @@ def cpu_cases(rank: int, world: int, folder: str) -> None:
     with CountCollectives() as megatron:
         megatron_style_cross_entropy(local, target, partition)
     out["collectives, Megatron-style"] = megatron.calls
+    x = torch.randn(N, HIDDEN, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(UNEVEN[world][rank], HIDDEN, dtype=torch.float64, requires_grad=True)
+    vocab_parallel_linear_cross_entropy(x, w, target, chunk_rows=8)
+    for reduction in ("mean", "none"):
+        with CountCollectives() as forward:
+            loss = vocab_parallel_linear_cross_entropy(x, w, target, chunk_rows=8, reduction=reduction)
+        with CountCollectives() as backward:
+            loss.sum().backward()
+        out[f"collectives, linear {reduction}"] = {"forward": forward.calls, "backward": backward.calls}
 
     # the peers, on an even split (loss_parallel's DTensor shards as torch.chunk does)
     full, target = full_inputs(8 * world)
@@ -175,6 +232,12 @@ def cpu_cases(rank: int, world: int, folder: str) -> None:
     wrong = VocabPartition(tuple(widths), rank)
     out["wrong partition"] = error_of(lambda: vocab_parallel_cross_entropy(local, target, partition=wrong,
                                                                            validate=True))
+    x, w = torch.zeros(N if rank else N - 1, HIDDEN), torch.zeros(UNEVEN[world][rank], HIDDEN)
+    out["linear rows differ"] = error_of(lambda: vocab_parallel_linear_cross_entropy(x, w, target[: x.shape[0]],
+                                                                                     validate=True))
+    w = torch.zeros(UNEVEN[world][rank] + (rank == 0), HIDDEN)
+    out["linear widths differ"] = error_of(lambda: vocab_parallel_linear_cross_entropy(
+        torch.zeros(N, HIDDEN), w, target, validate=True, partition=VocabPartition(UNEVEN[world], rank)))
     with open(f"{folder}/rank{rank}.json", "w") as f:
         json.dump({**out, "errors": errors}, f)
     dist.barrier()  # no rank tears gloo down while another still talks to it
@@ -201,6 +264,20 @@ def test_value_and_gradient_match_f_cross_entropy_on_the_gathered_logits(ranks):
             assert value <= tolerance and grad <= tolerance, f"rank {rank}, {case}: errors {value:.2e}, {grad:.2e}"
 
 
+def test_the_linear_loss_matches_f_cross_entropy_of_the_whole_layer(ranks):
+    for rank, out in enumerate(ranks):
+        assert len(out["linear errors"]) == 17
+        for case, errors in out["linear errors"].items():
+            tolerance = 1e-5 if case == "float32" else 1e-12
+            assert max(errors) <= tolerance, f"rank {rank}, {case}: errors (value, input, weight) {errors}"
+
+
+def test_the_linear_loss_gathers_once_a_chunk_and_all_reduces_once_backward(ranks):
+    for out in ranks:  # N = 24 rows in chunks of 8: three all-gathers
+        for reduction in ("mean", "none"):
+            assert out[f"collectives, linear {reduction}"] == {"forward": [GATHER] * 3, "backward": ["all_reduce"]}
+
+
 def test_the_forward_issues_one_collective_and_the_backward_none(ranks):
     for out in ranks:
         assert out["collectives"] == {"forward": [GATHER], "backward": []}
@@ -213,7 +290,9 @@ def test_validate_raises_one_line_on_every_rank(ranks):
                 "rows differ": "ValueError: local_logits: the ranks hold different numbers of rows",
                 "targets differ": "ValueError: target: rank 1's targets differ from rank 0's",
                 "target out of range": "ValueError: target: 1 ids outside [0, ",
-                "wrong partition": "ValueError: local_logits: the ranks' slice widths"}
+                "wrong partition": "ValueError: local_logits: the ranks' slice widths",
+                "linear rows differ": "ValueError: input: the ranks hold different numbers of rows",
+                "linear widths differ": "ValueError: local_weight: the ranks' slice widths"}
     for out in ranks:
         for case, start in expected.items():
             assert out[case].startswith(start) and "\n" not in out[case], f"{case}: {out[case]}"
@@ -233,6 +312,15 @@ def test_local_argument_errors_need_no_process_group():
         assert message.startswith(start) and "\n" not in message, message
     with pytest.raises(RuntimeError, match="^group: torch.distributed is not initialised"):
         vocab_parallel_cross_entropy(x, t)
+    h, w = torch.zeros(4, 5), torch.zeros(3, 5)
+    linear = {"ValueError: input: expected [N, H]": (h[0], w, t, {}),
+              "TypeError: local_weight: expected a torch.float32 tensor": (h, w.double(), t, {}),
+              "ValueError: local_weight: expected [V_local, 5]": (h, w[:, :4], t, {}),
+              "ValueError: target: expected [N] = [4] (a class id per row of input)": (h, w, t[:3], {}),
+              "ValueError: chunk_rows: expected None or an int >= 1": (h, w, t, {"chunk_rows": 0})}
+    for start, (x, weight, target, options) in linear.items():
+        message = error_of(functools.partial(vocab_parallel_linear_cross_entropy, x, weight, target, **options))
+        assert message.startswith(start) and "\n" not in message, message
 
 
 def test_the_operators_have_fake_shapes():
@@ -316,6 +404,9 @@ def world_of_one(tmp_path_factory):
 
 
 TOLERANCE = {torch.float32: (1e-5, 1e-5), torch.bfloat16: (8e-3, 2e-2)}  # (loss, gradient), relative
+# the linear loss in bfloat16: cuBLAS writes its logits (about +-15 here) in bfloat16, off by up to
+# 2^-8 of them, so each softmax term by ~3 %; the weight's gradient sums those over few tokens
+LINEAR_TOLERANCE = {torch.float32: (1e-5, 1e-5), torch.bfloat16: (8e-3, 5e-2)}
 
 
 @pytest.mark.gpu
@@ -394,6 +485,25 @@ def test_a_cuda_graph_captures_forward_and_backward(world_of_one):
     assert torch.equal(loss, want.detach()) and torch.equal(static.grad, eager.grad)
 
 
+def norm_errors(case) -> tuple[float, float, float]:
+    """(value, input's gradient, weight's gradient) errors of a linear case, relative in norm."""
+    loss, want, grad_input, want_input, grad_weight, want_weight = case
+    return (relative(loss, want), float((grad_input - want_input).norm() / want_input.norm()),
+            float((grad_weight - want_weight).norm() / want_weight.norm()))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_linear_value_and_gradients_on_cuda(world_of_one, dtype, reduction):
+    """World of one: the linear loss's whole path (GEMMs, kernels, collectives) in chunks of 7 rows."""
+    value, grad_input, grad_weight = norm_errors(run_linear_case((4099,), 0, device="cuda", dtype=dtype,
+                                                                 reduction=reduction, label_smoothing=0.1,
+                                                                 chunk_rows=7))
+    value_tol, grad_tol = LINEAR_TOLERANCE[dtype]
+    assert value <= value_tol and grad_input <= grad_tol and grad_weight <= grad_tol, (value, grad_input, grad_weight)
+
+
 def nccl_cases(rank: int, folder: str) -> None:
     torch.cuda.set_device(rank)
     dist.init_process_group("nccl", init_method=f"file://{folder}/store", rank=rank, world_size=2,
@@ -410,6 +520,17 @@ def nccl_cases(rank: int, folder: str) -> None:
     with CountCollectives() as backward:
         loss.backward()
     out["collectives"] = [forward.calls, backward.calls]
+    for dtype in (torch.float32, torch.bfloat16):
+        out[f"linear {dtype}"] = norm_errors(run_linear_case((5000, 3011), rank, device="cuda", dtype=dtype,
+                                                             label_smoothing=0.1, chunk_rows=8))
+    x = torch.randn(N, HIDDEN, device="cuda", requires_grad=True)
+    w = torch.randn(4000, HIDDEN, device="cuda", requires_grad=True)
+    vocab_parallel_linear_cross_entropy(x, w, target, chunk_rows=8)
+    with CountCollectives() as forward:
+        loss = vocab_parallel_linear_cross_entropy(x, w, target, chunk_rows=8)
+    with CountCollectives() as backward:
+        loss.backward()
+    out["linear collectives"] = [forward.calls, backward.calls]
     with open(f"{folder}/rank{rank}.json", "w") as f:
         json.dump(out, f)
     dist.destroy_process_group()
@@ -424,9 +545,13 @@ def test_nccl_over_two_gpus(tmp_path):
     for rank in range(2):
         out = json.load(open(tmp_path / f"rank{rank}.json"))
         assert out["collectives"] == [[GATHER], []]
+        assert out["linear collectives"] == [[GATHER] * 3, ["all_reduce"]]  # N = 24 rows in chunks of 8
         for dtype in (torch.float32, torch.bfloat16):
             value, grad = out[str(dtype)]
             assert value <= TOLERANCE[dtype][0] and grad <= TOLERANCE[dtype][1], (rank, dtype, value, grad)
+            value, grad_input, grad_weight = out[f"linear {dtype}"]
+            assert value <= LINEAR_TOLERANCE[dtype][0] and max(grad_input, grad_weight) <= LINEAR_TOLERANCE[dtype][1], \
+                (rank, dtype, value, grad_input, grad_weight)
 
 
 # --- the record, and what notebook 09 shows from it ------------------------------------------------
@@ -493,4 +618,7 @@ def test_notebook_09_renders_a_record_and_says_when_there_is_none(tmp_path, voca
     record.save(vocab_parallel_record, recorded)
     text, images = run(recorded)
     assert "RECORDED on 2 x Fixture GPU" in text and "8192x128256" in text and images == 2
+    assert "STALE: the kernels or losslab/distributed/ have changed" in text  # the fixture's sources are zeros
     assert "8192 x 256000 Megatron-style" in text and "meets the goal" in text
+    assert "Llama-3-8B: losslab takes 1.25x its three GEMMs' time and 0.75 GiB" in text
+    assert text.count("vocab-parallel linear cross-entropy") == 1  # in its own section only

@@ -50,14 +50,19 @@ def row_losses(combined: Combined, target: torch.Tensor, vocab_size: int, ignore
     return torch.where(target == ignore_index, 0.0, torch.where(in_range, loss, torch.nan))
 
 
-def reduce(losses: torch.Tensor, target: torch.Tensor, ignore_index: int, reduction: str,
+def kept_rows(losses: torch.Tensor, target: torch.Tensor, ignore_index: int) -> torch.Tensor:
+    """[N] of ``losses``' dtype: 1 for a row in the loss, 0 for an ignored one, NaN where its loss is
+    NaN (a target out of range), so the backward's gradient there is NaN too."""
+    valid = (target != ignore_index).to(losses.dtype)
+    return torch.where(losses.isnan(), torch.nan, valid)
+
+
+def reduce(losses: torch.Tensor, kept: torch.Tensor, target: torch.Tensor, ignore_index: int, reduction: str,
            ) -> tuple[torch.Tensor, torch.Tensor]:
     """The loss as ``reduction`` asks ("mean" over the rows not ignored, as PyTorch: 0/0 = NaN when
-    all are; "sum"; "none": [N]) and each row's weight [N] in it (dLoss/dloss_row), which the
-    backward scales its gradient by: 0 on an ignored row, NaN on an out-of-range target."""
-    valid = (target != ignore_index).to(losses.dtype)
-    weight = torch.where(losses.isnan(), torch.nan, valid)
+    all are; "sum"; "none": [N]) and each row's weight in it [N] (dLoss/dloss_row, which the
+    backward scales its gradient by), from the rows' ``losses`` and :func:`kept_rows`."""
     if reduction == "mean":
-        count = valid.sum()
-        return losses.sum() / count, weight / count.clamp_min(1)  # all ignored: NaN loss, zero gradient
-    return (losses.sum() if reduction == "sum" else losses), weight
+        count = (target != ignore_index).sum()
+        return losses.sum() / count, kept / count.clamp_min(1)  # all ignored: NaN loss, zero gradient
+    return (losses.sum() if reduction == "sum" else losses), kept

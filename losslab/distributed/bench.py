@@ -1,5 +1,5 @@
-"""Time the vocabulary-parallel cross-entropy against its peers on several GPUs, and measure the
-collectives and the copy bandwidth its goal is computed from.
+"""Time the vocabulary-parallel cross-entropy and its linear form against their peers on several
+GPUs, and measure the collectives and the copy bandwidth the goal is computed from.
 
     torchrun --nproc-per-node=2 -m losslab.distributed.bench [--json PATH] [--record]
 
@@ -25,11 +25,15 @@ from losslab.distributed.collectives import all_gather
 from losslab.distributed.partition import VocabPartition
 from losslab.distributed.peers import loss_parallel_forward_backward, megatron_style_cross_entropy
 from losslab.distributed.vocab_parallel import vocab_parallel_cross_entropy
+from losslab.distributed.vocab_parallel_linear import vocab_parallel_linear_cross_entropy
+from losslab.linear_cross_entropy.bench import HEADS
 from losslab.measure.timing import flush_buffer
 from losslab.records.files import write_json
 
 ROWS = 8192
 VOCABS = (128256, 256000)
+LINEAR_HEADS = ("llama-3-8b", "gemma-2-2b")  # the linear loss's heads, as losslab.linear_cross_entropy.bench's
+GiB = 2**30
 REPEATS = 20
 WARMUP = 5
 LATENCY_CALLS = 100
@@ -111,7 +115,7 @@ def measure_collectives(world: int, flush: torch.Tensor) -> dict:
 def measure_size(vocab: int, dtype: torch.dtype, world: int, rank: int, flush: torch.Tensor) -> dict:
     """Forward+backward ms per call of losslab and its peers at ROWS x ``vocab`` split evenly over
     the ranks (the last takes the remainder), and losslab's phases on this rank."""
-    widths = tuple(vocab // world + (vocab % world if r == world - 1 else 0) for r in range(world))
+    widths = even_widths(vocab, world)
     partition = VocabPartition(widths, rank)
     g = torch.Generator(device="cuda").manual_seed(0)
     full = torch.randn(ROWS, vocab, generator=g, device="cuda").mul_(4).to(dtype)
@@ -139,24 +143,92 @@ def measure_size(vocab: int, dtype: torch.dtype, world: int, rank: int, flush: t
                                          setup=lambda: setattr(whole, "grad", None))
     stats = kernels.statistics(local.detach(), target, partition.start)
     gathered = all_gather(stats, world, None)
-    combined = algebra.combine(gathered)
+    row_max, row_log_sum = kernels.combine(gathered, target, vocab, -100, 0.0)[:2]
     weight = torch.full((ROWS,), 1 / ROWS, device="cuda")
     one = torch.ones((), dtype=dtype, device="cuda")
 
     def combine():
-        losses = algebra.row_losses(algebra.combine(gathered), target, vocab, -100, 0.0)
-        return algebra.reduce(losses, target, -100, "mean")
+        _, _, losses, kept = kernels.combine(gathered, target, vocab, -100, 0.0)
+        return algebra.reduce(losses, kept, target, -100, "mean")
 
     phases = {
         "statistics": per_call_ms(lambda: kernels.statistics(local.detach(), target, partition.start), flush),
         "all_gather": per_call_ms(lambda: all_gather(stats, world, None), flush),
         "combine": per_call_ms(combine, flush),
-        "gradient": per_call_ms(lambda: kernels.gradient(local.detach(), target, combined.row_max,
-                                                         combined.row_log_sum, weight, one, partition.start,
+        "gradient": per_call_ms(lambda: kernels.gradient(local.detach(), target, row_max,
+                                                         row_log_sum, weight, one, partition.start,
                                                          1.0, 0.0), flush),
     }
     return {"rows": ROWS, "vocab": vocab, "dtype": str(dtype).removeprefix("torch."), "widths": list(widths),
             "ms": ms, "phases_ms": phases, "errors": errors}
+
+
+def even_widths(vocab: int, world: int) -> tuple[int, ...]:
+    """The vocabulary split evenly over ``world`` ranks, the last taking the remainder."""
+    return tuple(vocab // world + (vocab % world if r == world - 1 else 0) for r in range(world))
+
+
+def extra_gib(fn: Callable[[], object]) -> float:
+    """GiB allocated at the peak of one call of ``fn`` beyond what was allocated before it (the
+    inputs): the gradients it leaves and what it holds while it runs."""
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    fn()
+    torch.cuda.synchronize()
+    return (torch.cuda.max_memory_allocated() - before) / GiB
+
+
+def measure_linear(name: str, world: int, rank: int, flush: torch.Tensor) -> dict:
+    """Forward+backward ms per call and extra GiB of the linear loss at one of ``HEADS`` with its
+    output layer split evenly over the ranks (with its default chunks, and in four chunks), against:
+    this rank's logits slice made whole by one
+    GEMM, then losslab's vocab_parallel_cross_entropy or the Megatron-style loss, and the three
+    GEMMs alone (logits, the input's and the weight's gradients: the time floor). Every variant
+    ends with the all-reduce of the input's gradient, as a tensor-parallel layer does."""
+    head = HEADS[name]
+    widths = even_widths(head.vocab, world)
+    partition = VocabPartition(widths, rank)
+    g = torch.Generator(device="cuda").manual_seed(0)
+    dtype = head.dtype
+    x = torch.randn(head.tokens, head.hidden, generator=g, device="cuda").to(dtype).requires_grad_()
+    w = (torch.randn(partition.size, head.hidden, generator=g, device="cuda") / head.hidden ** 0.5).to(
+        dtype).requires_grad_()
+    target = torch.randint(0, head.vocab, (head.tokens,), generator=g, device="cuda")
+
+    def clear():
+        x.grad = w.grad = None
+
+    def losslab(chunk_rows=None):
+        return lambda: vocab_parallel_linear_cross_entropy(x, w, target, partition=partition,
+                                                           chunk_rows=chunk_rows).backward()
+
+    def logits_then(loss_fn):
+        def step():
+            loss_fn(x @ w.t(), target, partition=partition).backward()
+            dist.all_reduce(x.grad)
+        return step
+
+    def gemms():
+        with torch.no_grad():
+            logits = x @ w.t()
+            grad_input = logits @ w
+            logits.t() @ x
+            dist.all_reduce(grad_input)
+
+    megatron = lambda logits, t, partition: megatron_style_cross_entropy(logits, t, partition)  # noqa: E731
+    variants = {"losslab": losslab(), "losslab_4_chunks": losslab(-(-head.tokens // 4)),
+                "logits_then_losslab": logits_then(vocab_parallel_cross_entropy),
+                "logits_then_megatron_style": logits_then(megatron), "gemms": gemms}
+    ms, memory = {}, {}
+    for key, fn in variants.items():
+        clear()
+        memory[key] = extra_gib(fn)
+        ms[key] = per_call_ms(fn, flush, setup=clear)
+    floor_gib = (x.numel() + w.numel()) * x.element_size() / GiB  # the two gradients
+    return {"head": head.label, "rows": head.tokens, "hidden": head.hidden, "vocab": head.vocab,
+            "dtype": str(dtype).removeprefix("torch."), "widths": list(widths), "ms": ms, "extra_gib": memory,
+            "gradients_gib": floor_gib}
 
 
 def goal(size: dict, collectives: dict, element_bytes: int) -> dict:
@@ -179,6 +251,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="where rank 0 writes the results (default: none)")
     parser.add_argument("--record", action="store_true", help="also write reports/results/vocab_parallel/...")
     parser.add_argument("--vocab", type=int, nargs="+", default=list(VOCABS), help="vocabulary sizes")
+    parser.add_argument("--linear-heads", nargs="*", default=list(LINEAR_HEADS), choices=sorted(HEADS),
+                        help="heads for the linear loss (default: %(default)s; none to skip it)")
     args = parser.parse_args(argv)
     if "LOCAL_RANK" not in os.environ or not torch.cuda.is_available():
         print("losslab.distributed.bench: launch it with torchrun on CUDA GPUs, e.g. "
@@ -192,8 +266,10 @@ def main(argv: list[str] | None = None) -> int:
     dtype = torch.bfloat16
     collectives = measure_collectives(world, flush)
     sizes = [measure_size(v, dtype, world, rank, flush) for v in args.vocab]
+    torch.cuda.empty_cache()
+    linear = [measure_linear(name, world, rank, flush) for name in args.linear_heads]
     every = [None] * world
-    dist.all_gather_object(every, {"collectives": collectives, "sizes": sizes})
+    dist.all_gather_object(every, {"collectives": collectives, "sizes": sizes, "linear": linear})
     dist.destroy_process_group()
     if rank != 0:
         return 0
@@ -201,6 +277,9 @@ def main(argv: list[str] | None = None) -> int:
         per_rank = [r["sizes"][i] for r in every]
         size.update(ms=slowest(per_rank, "ms"), phases_ms_per_rank=[r["phases_ms"] for r in per_rank])
         del size["phases_ms"]
+    for i, head in enumerate(linear):
+        per_rank = [r["linear"][i] for r in every]
+        head.update(ms=slowest(per_rank, "ms"), extra_gib=slowest(per_rank, "extra_gib"))
     collectives = slowest(every, "collectives")
     collectives["copy_gbps"] = min(r["collectives"]["copy_gbps"] for r in every)
     for size in sizes:
@@ -208,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     data = {"device": torch.cuda.get_device_name(device), "world": world, "torch": torch.__version__,
             "cuda": torch.version.cuda, "nccl": ".".join(map(str, torch.cuda.nccl.version())),
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "sources_sha256": record.sources_sha256(), "collectives": collectives, "sizes": sizes,
+            "sources_sha256": record.sources_sha256(), "collectives": collectives, "sizes": sizes, "linear": linear,
             "protocol": f"median of {REPEATS} calls, each after a barrier and an L2 flush, CUDA events; "
                         f"latencies: {LATENCY_CALLS} calls back to back"}
     if args.json:

@@ -1,9 +1,9 @@
-"""The two per-rank steps of the vocabulary-parallel cross-entropy as ``torch.library`` operators.
+"""The per-rank steps of the vocabulary-parallel cross-entropy as ``torch.library`` operators.
 
-``statistics`` (forward, before the collective) and ``gradient`` (backward, no collective): on
-CUDA one kernel each from ``kernels/vocab_parallel/``; on CPU the same algebra in plain torch
-(float64 stays float64, so the gloo tests check it exactly). Fake kernels give shapes to
-``torch.compile``. Neither operator communicates or synchronises the host.
+``statistics`` (forward, before the collective), ``combine`` (forward, after it) and ``gradient``
+(backward, no collective): on CUDA one kernel each from ``kernels/vocab_parallel/``; on CPU the
+same algebra in plain torch (float64 stays float64, so the gloo tests check it exactly). Fake
+kernels give shapes to ``torch.compile``. No operator communicates or synchronises the host.
 """
 from __future__ import annotations
 
@@ -12,9 +12,11 @@ import functools
 import torch
 
 from losslab import build
+from losslab.distributed import algebra
 from losslab.problems.launch import launch
 
 STATISTICS = 4  # floats per row and rank: max, sum of exp(x - max), target logit, sum of logits
+COMBINED = 4  # rows of combine's output: row max, row log-sum, row loss, row weight
 CUDA_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
@@ -73,6 +75,59 @@ def _(local_logits, target, vocab_start):
     return out
 
 
+def _check_gathered(gathered: torch.Tensor, target: torch.Tensor) -> None:
+    if gathered.dim() != 3 or gathered.shape[2] != STATISTICS:
+        raise ValueError(f"gathered: expected [W, N, {STATISTICS}], got {list(gathered.shape)}")
+    if target.shape != gathered.shape[1:2] or target.dtype != torch.int64:
+        raise ValueError(f"target: expected [{gathered.shape[1]}] int64, got {list(target.shape)} {target.dtype}")
+
+
+@torch.library.custom_op("losslab_distributed::combine", mutates_args=())
+def combine(gathered: torch.Tensor, target: torch.Tensor, vocab_size: int, ignore_index: int,
+            label_smoothing: float) -> torch.Tensor:
+    """Every rank's :func:`statistics` of each row combined into the row's log-sum-exp, loss and
+    weight: ``algebra.combine``, ``algebra.row_losses`` and ``algebra.kept_rows`` (their docstrings
+    give the formulas).
+
+    Args:
+        gathered: [W, N, 4] float32 (float64 on CPU for float64 logits), the W ranks' statistics
+            as the all-gather stacks them.
+        target: [N] int64 global class ids.
+        vocab_size: the number of classes over all ranks.
+    Returns [4, N] in ``gathered``'s dtype: the row max M, the row log-sum log S (the backward's
+    two), the row loss (0 where ``target`` is ``ignore_index``, NaN where it is outside
+    [0, vocab_size)) and the row weight (1 kept, 0 ignored, NaN where the loss is NaN).
+    Raises:
+        ValueError: ``gathered`` is not [W, N, 4] or ``target`` not [N] int64.
+        TypeError: ``gathered`` on CUDA is not float32.
+    """
+    _check_gathered(gathered, target)
+    combined = algebra.combine(gathered)
+    losses = algebra.row_losses(combined, target, vocab_size, ignore_index, label_smoothing)
+    weight = algebra.kept_rows(losses, target, ignore_index)
+    return torch.stack([combined.row_max, combined.row_log_sum, losses, weight])
+
+
+@combine.register_fake
+def _(gathered, target, vocab_size, ignore_index, label_smoothing):
+    return gathered.new_empty((COMBINED, gathered.shape[1]))
+
+
+@combine.register_kernel("cuda")
+def _(gathered, target, vocab_size, ignore_index, label_smoothing):
+    _check_gathered(gathered, target)
+    if gathered.dtype != torch.float32:
+        raise TypeError(f"gathered: the CUDA kernel takes float32, got {gathered.dtype}")
+    gathered, target = gathered.contiguous(), target.contiguous()
+    if gathered.data_ptr() % 16:  # the kernel reads float4s; a view may start mid-tuple
+        gathered = gathered.clone()
+    world, n = gathered.shape[:2]
+    out = gathered.new_empty((COMBINED, n))
+    launch(extension().combine, gathered.device, gathered, target, out, world, n, vocab_size, ignore_index,
+           float(label_smoothing))
+    return out
+
+
 @torch.library.custom_op("losslab_distributed::gradient", mutates_args=())
 def gradient(local_logits: torch.Tensor, target: torch.Tensor, row_max: torch.Tensor, row_log_sum: torch.Tensor,
              row_weight: torch.Tensor, grad_loss: torch.Tensor, vocab_start: int, target_weight: float,
@@ -107,13 +162,34 @@ def _(local_logits, target, row_max, row_log_sum, row_weight, grad_loss, vocab_s
 @gradient.register_kernel("cuda")
 def _(local_logits, target, row_max, row_log_sum, row_weight, grad_loss, vocab_start, target_weight,
       smoothing_per_class):
+    local_logits = local_logits.contiguous()
+    out = torch.empty_like(local_logits)
+    _launch_gradient(local_logits, target, row_max, row_log_sum, row_weight, grad_loss, vocab_start, target_weight,
+                     smoothing_per_class, out)
+    return out
+
+
+def _launch_gradient(local_logits, target, row_max, row_log_sum, row_weight, grad_loss, vocab_start, target_weight,
+                     smoothing_per_class, out) -> None:
     _check_cuda_dtype(local_logits)
-    local_logits, target = local_logits.contiguous(), target.contiguous()
+    target = target.contiguous()
     row_max, row_log_sum, row_weight = (t.float().contiguous() for t in (row_max, row_log_sum, row_weight))
     n, v = local_logits.shape
     grad_loss = grad_loss.to(local_logits.dtype).contiguous()
-    out = torch.empty_like(local_logits)
     launch(extension().gradient, local_logits.device, local_logits, target, row_max, row_log_sum, row_weight,
            grad_loss, 0 if grad_loss.dim() == 0 else 1, out, n, v, vocab_start, float(target_weight),
            float(smoothing_per_class), local_logits.dtype)
-    return out
+
+
+def gradient_in_place(local_logits: torch.Tensor, target: torch.Tensor, row_max: torch.Tensor,
+                      row_log_sum: torch.Tensor, row_weight: torch.Tensor, grad_loss: torch.Tensor, vocab_start: int,
+                      target_weight: float, smoothing_per_class: float) -> None:
+    """:func:`gradient` written over ``local_logits`` (contiguous), so a chunk loop needs one buffer,
+    not two. Not an operator: eager code only (the linear loss's chunks). On CUDA the kernel reads
+    each element before the same thread writes it, so reading and writing one tensor is safe."""
+    if local_logits.is_cuda:
+        _launch_gradient(local_logits, target, row_max, row_log_sum, row_weight, grad_loss, vocab_start,
+                         target_weight, smoothing_per_class, local_logits)
+    else:
+        local_logits.copy_(gradient(local_logits, target, row_max, row_log_sum, row_weight, grad_loss, vocab_start,
+                                    target_weight, smoothing_per_class))

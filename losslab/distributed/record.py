@@ -59,8 +59,8 @@ def load_all(folder: Path | str = FOLDER) -> list[dict]:
     return sorted(found, key=lambda d: d.get("date", ""), reverse=True)
 
 
-def table(data: dict) -> str:
-    """The short table rank 0 prints last."""
+def table(data: dict, linear: bool = True) -> str:
+    """The short table rank 0 prints last; with ``linear``, the linear loss's rows too (:func:`linear_table`)."""
     c = data["collectives"]
     lines = [f"vocab-parallel cross-entropy, {data['world']} x {data['device']}, {data['sizes'][0]['dtype']}, "
              "forward+backward, median ms per call (slowest rank)",
@@ -80,4 +80,28 @@ def table(data: dict) -> str:
                  f"all-gather {c['all_gather_bus_gbps']:.0f}; copy {c['copy_gbps']:.0f} GB/s")
     lines.append(f"goal: losslab within {GOAL_FACTOR}x of the model (3 x local slice bytes / copy bandwidth "
                  "+ all-gather latency) and 2x faster than loss_parallel")
+    if linear and data.get("linear"):
+        lines += ["", *linear_table(data)]
     return "\n".join(lines)
+
+
+LINEAR_COLUMNS = {"losslab": "losslab", "losslab_4_chunks": "ll 4 chunks", "logits_then_losslab": "logits+ll",
+                  "logits_then_megatron_style": "logits+Meg", "gemms": "3 GEMMs"}
+
+
+def linear_table(data: dict) -> list[str]:
+    """The linear loss's rows of :func:`table`: ms per forward+backward and extra GiB per variant."""
+    heads = data["linear"]
+    lines = [f"vocab-parallel linear cross-entropy, {heads[0]['dtype']}, forward+backward with the input's gradient "
+             "all-reduced: median ms per call / extra GiB (slowest rank)",
+             f"{'head (N, H, V)':<30}" + "".join(f"{label:>16}" for label in LINEAR_COLUMNS.values())
+             + f"{'x GEMMs':>9}"]
+    for h in heads:
+        label = f"{h['head']} ({h['rows']}, {h['hidden']}, {h['vocab']})"
+        cells = "".join(f"{h['ms'][key]:>8.2f} /{h['extra_gib'][key]:>5.2f}" if key in h["ms"] else f"{'-':>16}"
+                        for key in LINEAR_COLUMNS)
+        lines.append(f"{label:<30}{cells}{h['ms']['losslab'] / h['ms']['gemms']:>9.2f}")
+    lines.append("losslab: default chunks (about 256 MiB); ll 4 chunks: chunk_rows N/4; logits+ll: this rank's logits "
+                 "made whole, then vocab_parallel_cross_entropy; logits+Meg: the same with the Megatron-style loss; "
+                 "3 GEMMs: the time floor")
+    return lines

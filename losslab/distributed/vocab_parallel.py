@@ -1,8 +1,8 @@
 """The vocabulary-parallel cross-entropy: one all-gather in the forward, none in the backward.
 
 Each rank reduces its slice to per-row statistics (``kernels.statistics``), the ranks exchange
-them in one all-gather, each combines them (``algebra``) and saves two floats a row; the
-backward writes the local gradient from them (``kernels.gradient``) without communicating.
+them in one all-gather, each combines them (``kernels.combine``) and saves three floats a row;
+the backward writes the local gradient from them (``kernels.gradient``) without communicating.
 """
 from __future__ import annotations
 
@@ -24,10 +24,10 @@ class _VocabParallelCrossEntropy(torch.autograd.Function):
     def forward(ctx, local_logits, target, partition, group, ignore_index, label_smoothing, reduction):
         stats = kernels.statistics(local_logits, target, partition.start)
         gathered = all_gather(stats, len(partition.widths), group)  # the one collective
-        combined = algebra.combine(gathered)
-        losses = algebra.row_losses(combined, target, partition.vocab_size, ignore_index, label_smoothing)
-        loss, row_weight = algebra.reduce(losses, target, ignore_index, reduction)
-        ctx.save_for_backward(local_logits, target, combined.row_max, combined.row_log_sum, row_weight)
+        row_max, row_log_sum, losses, kept = kernels.combine(gathered, target, partition.vocab_size, ignore_index,
+                                                             label_smoothing)
+        loss, row_weight = algebra.reduce(losses, kept, target, ignore_index, reduction)
+        ctx.save_for_backward(local_logits, target, row_max, row_log_sum, row_weight)
         ctx.start, ctx.smoothing = partition.start, label_smoothing / partition.vocab_size
         ctx.target_weight = 1.0 - label_smoothing
         return loss.to(local_logits.dtype)

@@ -136,6 +136,7 @@ loss_forward_grad = _define("cosine_similarity_loss_forward_grad",
 
 
 def _loss_setup(ctx, inputs, output):
+    ctx.set_materialize_grads(False)  # else autograd fills a zero gradient for the full-size gradient outputs
     ctx.mark_non_differentiable(output[1], output[2])
     ctx.save_for_backward(output[1], output[2])
     ctx.scaled = False
@@ -152,7 +153,7 @@ def _loss_backward(ctx, grad_loss, _unused_p, _unused_t):
     backward that mutates a forward output)."""
     grads = ctx.saved_tensors
     wanted = [g if want and g.numel() else None for g, want in zip(grads, ctx.needs_input_grad[:2], strict=True)]
-    if all(g is None for g in wanted):
+    if grad_loss is None or all(g is None for g in wanted):
         return None, None, None, None, None
     if all(_eager(g) for g in [*grads, grad_loss]):
         if ctx.scaled:

@@ -96,6 +96,7 @@ def _backward(ctx, grad_loss):
 
 
 def _setup_grad(ctx, inputs, output):
+    ctx.set_materialize_grads(False)  # else autograd fills a zero gradient for each full-size gradient output
     ctx.mark_non_differentiable(*output[1:])
     ctx.save_for_backward(*output[1:])
     ctx.needs = inputs[7:]
@@ -111,6 +112,8 @@ def _backward_scale(ctx, grad_loss, *_unused):
     """The forward's gradients times grad_loss: out of place when traced (AOTAutograd cannot partition a
     backward that mutates a forward output), in place in eager mode (fused's scale kernel, no work when
     grad_loss is 1), once per forward."""
+    if grad_loss is None:  # the loss reached no output that was differentiated
+        return (None,) * 10
     grads = [g if wanted else None for g, wanted in zip(ctx.saved_tensors, ctx.needs, strict=True)]
     if all(_eager(g) for g in grads if g is not None) and _eager(grad_loss):
         if ctx.scaled:
