@@ -4,6 +4,7 @@
 // second time: fused reads them once from DRAM, the forward's second sweep of its row hitting
 // the caches.
 // diff bound: 45 lines (the backward kernel goes: its gradient loops move into the forward)
+// not faster: forward (it also writes the gradient: inference runs vectorized's forward)
 #include "common/reduce.cuh"
 #include "common/scale.cuh"
 #include "common/sum_partials.cuh"

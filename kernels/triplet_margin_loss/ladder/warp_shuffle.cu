@@ -3,6 +3,8 @@
 // butterflies (no shared memory, no barrier), then one shared slot per warp and one barrier
 // finish the block: every thread adds the eight slots. The row loops are shared_memory's, line
 // for line; the backward reduces the same way.
+// not faster: forward, forward_backward (one reduction ends each row's 96 KiB of loads at the
+//   seed size: DRAM-bound either way)
 #include "common/reduce.cuh"
 #include "common/sum_partials.cuh"
 #include "triplet_margin_loss/ladder/ladder.h"
