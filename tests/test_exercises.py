@@ -15,9 +15,14 @@ import subprocess
 
 import pytest
 
-from losslab import build, problems
+from losslab import build
+from losslab.build import ladder
 from losslab.measure.check import CheckResult
 from losslab.teach import custom, exercises, isolated
+
+# The exercises of the losses added after kl_div and cross_entropy (issue 29): four a loss, one a rung above naive.
+NEW_KEYS = ["mse_block_sum", "mse_warp_sum", "mse_vectorize", "mse_fused"]
+NEW = [exercises.get(key) for key in NEW_KEYS]
 
 
 @pytest.mark.parametrize("exercise", exercises.EXERCISES, ids=lambda e: e.key)
@@ -31,18 +36,17 @@ def test_exercise_files(exercise):
 
 
 def test_exercise_ladder_order():
-    """Ten exercises, one idea of a ladder each; each rebuilds a real rung, and every rung above naive of both
-    ladders has one (a skeleton's number is its place in this list)."""
+    """One idea of a ladder each; each rebuilds a real rung, and every rung above naive of each loss with
+    exercises has one (a skeleton's number is its place in this list)."""
     assert [e.key for e in exercises.EXERCISES] == [
         "coalesce", "warp_shuffle", "vectorize", "online_softmax", "fused",
-        "logsumexp_tree", "warp_max", "vectorize_logits", "fused_softmax", "cluster"]
+        "logsumexp_tree", "warp_max", "vectorize_logits", "fused_softmax", "cluster",
+        *NEW_KEYS]
     for number, e in enumerate(exercises.EXERCISES, start=1):
-        assert e.rung in problems.get(e.problem).variants and 5 <= e.minutes <= 45
+        assert e.rung in ladder.rungs(e.problem) and 5 <= e.minutes <= 45
         assert e.skeleton.read_text().startswith(f"// Exercise {number} -- ")
     for problem in {e.problem for e in exercises.EXERCISES}:
-        ladder = [v for v in problems.get(problem).variants if (build.ROOT / "kernels" / problem / "ladder" /
-                                                                 f"{v}.cu").exists()]
-        assert {e.rung for e in exercises.EXERCISES if e.problem == problem} == set(ladder) - {"naive"}, problem
+        assert {e.rung for e in exercises.EXERCISES if e.problem == problem} == set(ladder.rungs(problem)) - {"naive"}
 
 
 @pytest.mark.parametrize("exercise", exercises.EXERCISES, ids=lambda e: e.key)
@@ -157,6 +161,40 @@ def test_without_a_gpu_a_wrong_answer_gets_its_specific_message(key, case, expec
 
 @pytest.mark.compile
 @simulator
+@pytest.mark.parametrize("exercise", NEW, ids=lambda e: e.key)
+def test_without_a_gpu_the_skeleton_is_red_and_the_solution_green(exercise):
+    """The skeleton as shipped compiles and is red on the simulator with a hint (and "the FILL ME IN ... is
+    still to do"); the solution is green, machine code included."""
+    skeleton = exercises.grade(exercise.key, gpu=False)
+    text = "\n".join(skeleton.lines())
+    assert skeleton.compiled and skeleton.simulated is False and not skeleton.passed, text
+    assert "FILL ME IN" in text and skeleton.hint and "RED: not yet" in text, text
+    solved = exercises.grade(exercise.key, solution=True, gpu=False)
+    assert solved.passed and all(solved.sass.values()), "\n".join(solved.lines())
+
+
+# The new exercises' wrong answers: each hint with the mistake it names (the simulator's, or the machine code's).
+NEW_WRONG = [
+    ("mse_block_sum", "mse_block_sum_no_barrier.cu", "the loss changes with the order the threads run"),
+    ("mse_warp_sum", "mse_warp_sum_assign.cu", "a shuffle result must be added"),
+    ("mse_warp_sum", "mse_warp_sum_no16.cu", "offset 16 is missing"),
+    ("mse_vectorize", "mse_vectorize_no_tail.cu", "the scalar tail misses the last D % 4 elements"),
+    ("mse_vectorize", "mse_vectorize_scalar.cu", "read the packs through float4 loads"),
+    ("mse_fused", "mse_fused_no_two.cu", "d/dp of (p - t)^2 is 2 (p - t)"),
+    ("mse_fused", "mse_fused_no_mean.cu", "the gradient is B D = 3000 times too large"),
+]
+
+
+@pytest.mark.compile
+@simulator
+@pytest.mark.parametrize("key, case, expected", NEW_WRONG)
+def test_without_a_gpu_a_new_exercise_s_wrong_answer_gets_its_hint(key, case, expected):
+    grade = exercises.grade(key, (CASES / case).read_text(), gpu=False)
+    assert not grade.passed and expected in grade.hint, "\n".join(grade.lines())
+
+
+@pytest.mark.compile
+@simulator
 def test_without_a_gpu_the_solution_is_green_on_the_simulator():
     grade = exercises.grade("coalesce", solution=True, gpu=False)
     assert grade.passed, "\n".join(grade.lines())
@@ -243,10 +281,13 @@ def test_skeleton_and_solution_compile(exercise, arch, tmp_path, monkeypatch):
 @pytest.mark.compile
 @ARCHS
 @pytest.mark.parametrize("key, case", [("coalesce", "coalesce_chunk.cu"),
-                                       ("online_softmax", "online_softmax_no_rescale.cu")])
+                                       ("online_softmax", "online_softmax_no_rescale.cu"),
+                                       ("mse_block_sum", "mse_block_sum_no_barrier.cu"),
+                                       ("mse_vectorize", "mse_vectorize_scalar.cu")])
 def test_the_machine_code_check_refuses_a_wrong_answer_on_every_architecture(key, case, arch, monkeypatch):
-    """A thread walking its own chunk (4-byte load offsets) and a combine without the rescale (no more exps
-    than the skeleton) fail their SASS check on sm_80 and on sm_90 alike."""
+    """A thread walking its own chunk (4-byte load offsets), a combine without the rescale (no more exps
+    than the skeleton), a tree without its barriers and packs read one float at a time fail their SASS
+    check on sm_80 and on sm_90 alike."""
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", arch)
     grade = exercises.grade(key, (CASES / case).read_text(), gpu=False, simulate=False)
     assert grade.compiled and list(grade.sass.values()) == [False], grade.lines()
@@ -284,6 +325,7 @@ def test_solution_passes_and_skeleton_fails(exercise):
     ("fused_softmax", "fused_softmax_no_onehot.cu", "wrong only at each row's target class"),
     ("fused_softmax", "fused_softmax_no_scale.cu", "the gradient is n_valid = 3 times too large"),
     *(("cluster", case, expected) for case, expected in CLUSTER_WRONG),
+    *((key, case, expected) for key, case, expected in NEW_WRONG if "scalar" not in case),
 ])
 def test_wrong_answers_fail_on_the_gpu_with_the_diagnosis(key, case, expected):
     grade = exercises.grade(key, (CASES / case).read_text())

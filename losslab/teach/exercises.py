@@ -4,8 +4,9 @@
 is now, reads its machine code, runs it on the CPU simulator (and on a GPU where there is one) and says what
 is wrong. An exercise is a CUDA file under ``exercises/<problem>/`` that compiles but fails until its
 ``FILL ME IN`` is done; its solution is under ``exercises/solutions/<problem>/``; both define a custom
-variant's launchers (``losslab.teach.custom``). Ten, one idea of a rung each: coalesce, warp_shuffle,
-vectorize, fused (kl_div); logsumexp_tree, warp_max, online_softmax, vectorize_logits, fused_softmax, cluster.
+variant's launchers (``losslab.teach.custom``). One idea of a rung each: coalesce, warp_shuffle, vectorize,
+fused (kl_div); logsumexp_tree, warp_max, online_softmax, vectorize_logits, fused_softmax, cluster
+(cross_entropy); then one a rung above naive of each later loss, named by idea and loss (mse_block_sum...).
 One module: the table of exercises, their machine-code checks and the grade that reads them change together.
 """
 from __future__ import annotations
@@ -13,14 +14,14 @@ from __future__ import annotations
 import html
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
 
 from losslab import build
 from losslab.present.html import Html
-from losslab.problems import cross_entropy, kl_div
+from losslab.problems import cross_entropy, hinge_loss, kl_div, mse_loss, smooth_l1_loss
 from losslab.teach import custom, isolated
 from losslab.teach.custom.evaluation import CHECK_TIMEOUT_S
 from losslab.teach.simulator.diagnose import EMPTY
@@ -86,6 +87,12 @@ SHUFFLE = SassCheck(
     notes=(("SHFL.DOWN", "SHFL.DOWN (__shfl_down_sync) is fine here: only lane 0's result is used, and a shift "
                          "down leaves lane 0 complete; SHFL.BFLY (__shfl_xor_sync) leaves the sum in every lane, "
                          "which a caller that needs it everywhere (a max used by all lanes) requires"),))
+TREE_BARRIERS = SassCheck("more barriers (BAR.SYNC) than the skeleton", "one barrier a step of the tree: a thread "
+                          "reads slots other threads wrote", any_of=("BAR.SYNC",), more=True,
+                          fix="a __syncthreads() after each step of the tree")
+FLOAT4_LOADS = SassCheck("16-byte loads (LDG.E.128)", "one instruction moves four floats", any_of=("LDG.E.128",),
+                         fix="read the packs through float4 loads (load_float4, or a float4 pointer): 4-byte loads "
+                             "of the same addresses move a quarter of the bytes an instruction")
 
 
 def _cluster_source_check(source: str) -> list[str]:
@@ -137,6 +144,7 @@ class Exercise:
 
 
 KL_DIV, CROSS_ENTROPY = kl_div.PROBLEM.name, cross_entropy.PROBLEM.name  # the losses of the exercises
+MSE_LOSS, HINGE_LOSS, SMOOTH_L1_LOSS = mse_loss.PROBLEM.name, hinge_loss.PROBLEM.name, smooth_l1_loss.PROBLEM.name
 EXERCISES = (
     Exercise("coalesce", KL_DIV, "shared_memory", "Coalesce the row loop",
              "One block per row: the block's threads must share the row so that, at each step of the loop, "
@@ -156,7 +164,7 @@ EXERCISES = (
     Exercise("vectorize", KL_DIV, "vectorized", "Vectorize the loads, with head and tail",
              "Read the aligned middle of each row with 16-byte float4 loads and every other element exactly "
              "once, on any width and any alignment of the row.", 20,
-             (SassCheck("16-byte loads (LDG.E.128)", "one instruction moves four floats", any_of=("LDG.E.128",)),)),
+             (FLOAT4_LOADS,)),
     Exercise("online_softmax", CROSS_ENTROPY, "warp_shuffle", "Combine two online-softmax states",
              "Write combine: the (max, sum) state of the union of two parts of a row, from each part's "
              "(max, sum of exp(x - max)), exact for any logits (1e4 included) and for an empty part "
@@ -171,9 +179,7 @@ EXERCISES = (
     Exercise("logsumexp_tree", CROSS_ENTROPY, "shared_memory", "Merge a block's (max, sum) with a tree",
              "Write the tree in shared memory: at each step the first `stride` threads merge the state `stride` "
              "slots further into their own, a barrier between steps, until slot 0 holds the block's.", 15,
-             (SassCheck("more barriers (BAR.SYNC) than the skeleton", "one barrier a step of the tree: a thread "
-                        "reads slots other threads wrote", any_of=("BAR.SYNC",), more=True,
-                        fix="a __syncthreads() after each step of the tree"),)),
+             (TREE_BARRIERS,)),
     Exercise("warp_max", CROSS_ENTROPY, "warp_shuffle", "The warp's max in every lane",
              "Write warp_max: the largest value of the warp's 32 lanes, in every lane (each lane rescales its own "
              "sum by it), through shuffles.", 10,
@@ -184,8 +190,8 @@ EXERCISES = (
     Exercise("vectorize_logits", CROSS_ENTROPY, "vectorized", "Read the logits as float4s",
              "After the scalar head, read the row's aligned middle with 16-byte float4 loads and the rest "
              "with scalar ones, every logit exactly once.", 15,
-             (SassCheck("16-byte loads (LDG.E.128)", "one instruction moves four floats", any_of=("LDG.E.128",),
-                        more=True, fix="read the packs through a float4 pointer: x + head, reinterpreted"),)),
+             (replace(FLOAT4_LOADS, more=True, fix="read the packs through a float4 pointer: x + head, "
+                                                       "reinterpreted"),)),
     Exercise("fused_softmax", CROSS_ENTROPY, "fused", "Write cross_entropy's gradient in the forward",
              "While the forward has the row's max and log-sum, write dL/dx = (softmax - onehot) / n_valid for "
              "grad_loss = 1, so the backward only scales it.", 10, fused=True),
@@ -193,6 +199,20 @@ EXERCISES = (
              "Publish each CTA's (max, sum) in its shared memory and read the other CTA's through "
              "map_shared_rank, with the cluster's barriers (graded on an sm_90 GPU only).", 15,
              cpu_check=_cluster_source_check),
+    Exercise("mse_block_sum", MSE_LOSS, "shared_memory", "Add a block's sums with a tree",
+             "Write block_sum's tree in shared memory: at each step the first `stride` threads add the slot "
+             "`stride` further into their own, a barrier between steps, until partial[0] holds the block's sum.",
+             10, (TREE_BARRIERS,)),
+    Exercise("mse_warp_sum", MSE_LOSS, "warp_shuffle", "Sum a warp with shuffles",
+             "Write warp_sum: the sum of `value` over the 32 lanes of the warp, exchanged through registers "
+             "(no shared memory, no barrier). block_sum uses lane 0's result.", 10, (SHUFFLE,)),
+    Exercise("mse_vectorize", MSE_LOSS, "vectorized", "Read the row as float4s, with a tail",
+             "After the scalar head, read the row's aligned middle with 16-byte float4 loads and the rest with "
+             "scalar ones, every element exactly once, on any width and any alignment of the row.", 15,
+             (FLOAT4_LOADS,)),
+    Exercise("mse_fused", MSE_LOSS, "fused", "Write mse_loss's gradient in the forward",
+             "While the forward reads p and t for the loss, write dL/dp = 2 (p - t) / (B D) for grad_loss = 1 "
+             "into grad_predictions, so the backward only scales it by grad_loss.", 10, fused=True),
 )
 
 

@@ -9,7 +9,7 @@ One module: every message reads the same outcome and references, and the most sp
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +39,8 @@ class ExerciseText:
     wrong_max: str = "the max of a union is the larger of the two maxes"
     wrong_sum: str = ("each part's sum counts exp(x - its own max); before adding, rescale each by exp(its max - "
                       "the combined max)")
+    mean: tuple[str, str] = ("B", "1/B (inv_B)")  # a fused gradient's divisor, and its factor in the source
+    derivative: str = "d/dp of -t log p is -t / p"  # a fused gradient's formula
 
 
 EXERCISES = {
@@ -68,6 +70,16 @@ EXERCISES = {
                    "max: __shfl_down_sync leaves it in lane 0 only (the other lanes hold partial maxes); "
                    "__shfl_xor_sync (a butterfly) gives it to all 32")),
     "fused": ExerciseText(case_lib.KL_DIV, special="fused"),
+}
+_ELEMENTWISE_MEAN = ("B D", "1/(B D) (inv_n)")
+EXERCISES |= {
+    "mse_block_sum": ExerciseText(
+        case_lib.MSE_LOSS, one_lane="(block_sum returns thread 0's own slot: the tree must add the others into "
+                                    "partial[0])"),
+    "mse_warp_sum": replace(EXERCISES["warp_shuffle"], problem=case_lib.MSE_LOSS),
+    "mse_vectorize": ExerciseText(case_lib.MSE_LOSS, row_parts=True),
+    "mse_fused": ExerciseText(case_lib.MSE_LOSS, special="fused", mean=_ELEMENTWISE_MEAN,
+                              derivative="d/dp of (p - t)^2 is 2 (p - t)"),
 }
 PROBLEM_OF = {key: text.problem for key, text in EXERCISES.items()}
 RTOL, ATOL = 1e-4, 1e-5
@@ -158,10 +170,11 @@ def _wrong(result: run_lib.CaseResult, reference) -> bool:
     return not (_close([result.loss], reference["loss"]) and _close(result.rows, reference["rows"]))
 
 
-def _weights(result: run_lib.CaseResult) -> np.ndarray | None:
+def _weights(result: run_lib.CaseResult, reference) -> np.ndarray | None:
+    """A probe's weights: each row's sum over the reference's (the hot element's term, 1 for kl_div)."""
     if not result.finished:
         return None
-    return np.round(result.rows.astype(np.float64), 2)
+    return np.round(result.rows.astype(np.float64) / reference["rows"], 2)
 
 
 def _lane_message(weights: dict[int, float], text: ExerciseText) -> str | None:
@@ -188,12 +201,12 @@ def _lane_message(weights: dict[int, float], text: ExerciseText) -> str | None:
     return None
 
 
-def _probe_messages(outcome: run_lib.Outcome, text: ExerciseText, block_threads: int) -> list[str]:
+def _probe_messages(outcome: run_lib.Outcome, references, text: ExerciseText, block_threads: int) -> list[str]:
     messages = []
     all_zero = all(r.loss == 0 for r in outcome.results if r.case.kind == "standard" and r.finished)
-    for result in outcome.results:
+    for result, reference in zip(outcome.results, references, strict=True):
         case = result.case
-        w = _weights(result)
+        w = _weights(result, reference) if case.kind == "probe" else None
         if case.kind != "probe" or w is None or np.all(w == 1):
             continue
         by_position = dict(zip(case.positions, w, strict=True))
@@ -306,7 +319,7 @@ def _value_messages(outcome, references, exercise: ExerciseText, source, problem
              _second_stage_message(wrong))
     messages = [m for m in found if m]
     if not any(found[:2]):  # with a NaN or a race the probes' weights are noise: they would mislead
-        probes = _probe_messages(outcome, exercise, block_threads)
+        probes = _probe_messages(outcome, references, exercise, block_threads)
         messages += [m for m in probes if not messages or "whole row" not in m]
     if not messages:
         r, ref = wrong[0]
@@ -398,12 +411,15 @@ def _fused_messages(outcome: run_lib.Outcome, references, text: ExerciseText) ->
         ratios = got[mask] / want[mask]
         if ratios.size and np.allclose(ratios, ratios[0], rtol=1e-3):
             factor = float(ratios[0])
-            if abs(factor / r.case.B - 1) < 1e-3 and r.case.B > 1:
-                return [f"the gradient is B = {r.case.B} times too large on {r.case.name}: L is the sum divided "
-                        f"by B, so dL/dp carries the 1/B (inv_B)"]
+            divisor, inverse = text.mean
+            n = r.case.B * (r.case.D if divisor == "B D" else 1)
+            if abs(factor / n - 1) < 1e-3 and n > 1:
+                return [f"the gradient is {divisor} = {n} times too large on {r.case.name}: L is the sum divided "
+                        f"by {divisor}, so dL/dp carries the {inverse}"]
             if abs(factor + 1) < 1e-3:
-                return [f"the gradient has the wrong sign on {r.case.name}: d/dp of -t log p is -t / p"]
-            return [f"the gradient is {factor:.4g} times the reference on {r.case.name}: a wrong factor"]
+                return [f"the gradient has the wrong sign on {r.case.name}: {text.derivative}"]
+            return [f"the gradient is {factor:.4g} times the reference on {r.case.name}: a wrong factor "
+                    f"({text.derivative})"]
     return []
 
 
