@@ -21,7 +21,8 @@ from losslab.measure.check import CheckResult
 from losslab.teach import custom, exercises, isolated
 
 # The exercises of the losses added after kl_div and cross_entropy (issue 29): four a loss, one a rung above naive.
-NEW_KEYS = ["mse_block_sum", "mse_warp_sum", "mse_vectorize", "mse_fused"]
+NEW_KEYS = ["mse_block_sum", "mse_warp_sum", "mse_vectorize", "mse_fused",
+            "hinge_coalesce", "hinge_warp_partials", "hinge_vectorize", "hinge_fused"]
 NEW = [exercises.get(key) for key in NEW_KEYS]
 
 
@@ -173,15 +174,20 @@ def test_without_a_gpu_the_skeleton_is_red_and_the_solution_green(exercise):
     assert solved.passed and all(solved.sass.values()), "\n".join(solved.lines())
 
 
-# The new exercises' wrong answers: each hint with the mistake it names (the simulator's, or the machine code's).
+# The new exercises' wrong answers: each hint with the mistake it names (the simulator's; the machine code's:
+# test_the_machine_code_check_refuses_a_wrong_answer_on_every_architecture).
 NEW_WRONG = [
     ("mse_block_sum", "mse_block_sum_no_barrier.cu", "the loss changes with the order the threads run"),
     ("mse_warp_sum", "mse_warp_sum_assign.cu", "a shuffle result must be added"),
     ("mse_warp_sum", "mse_warp_sum_no16.cu", "offset 16 is missing"),
     ("mse_vectorize", "mse_vectorize_no_tail.cu", "the scalar tail misses the last D % 4 elements"),
-    ("mse_vectorize", "mse_vectorize_scalar.cu", "read the packs through float4 loads"),
     ("mse_fused", "mse_fused_no_two.cu", "d/dp of (p - t)^2 is 2 (p - t)"),
     ("mse_fused", "mse_fused_no_mean.cu", "the gradient is B D = 3000 times too large"),
+    ("hinge_coalesce", "hinge_coalesce_whole_row.cu", "the loss is 256x too large: each thread sums the whole row"),
+    ("hinge_warp_partials", "hinge_warp_partials_no_barrier.cu", "a missing __syncthreads()"),
+    ("hinge_warp_partials", "hinge_warp_partials_every_lane.cu", "index 8 out of bounds for type 'float [8]'"),
+    ("hinge_vectorize", "hinge_vectorize_whole_tile.cu", "1 element(s) past the end of predictions"),
+    ("hinge_fused", "hinge_fused_no_mean.cu", "the gradient is B D = 3000 times too large"),
 ]
 
 
@@ -280,18 +286,22 @@ def test_skeleton_and_solution_compile(exercise, arch, tmp_path, monkeypatch):
 
 @pytest.mark.compile
 @ARCHS
-@pytest.mark.parametrize("key, case", [("coalesce", "coalesce_chunk.cu"),
-                                       ("online_softmax", "online_softmax_no_rescale.cu"),
-                                       ("mse_block_sum", "mse_block_sum_no_barrier.cu"),
-                                       ("mse_vectorize", "mse_vectorize_scalar.cu")])
-def test_the_machine_code_check_refuses_a_wrong_answer_on_every_architecture(key, case, arch, monkeypatch):
+@pytest.mark.parametrize("key, case, expected", [
+    ("coalesce", "coalesce_chunk.cu", "thread k must start at element k and step by THREADS"),
+    ("online_softmax", "online_softmax_no_rescale.cu", "rescale each part's sum"),
+    ("mse_block_sum", "mse_block_sum_no_barrier.cu", "a __syncthreads() after each step of the tree"),
+    ("mse_vectorize", "mse_vectorize_scalar.cu", "read the packs through float4 loads"),
+    ("hinge_coalesce", "hinge_coalesce_chunk.cu", "thread k must start at element k and step by THREADS"),
+    ("hinge_vectorize", "hinge_vectorize_scalar.cu", "read the packs through float4 loads"),
+])
+def test_the_machine_code_check_refuses_a_wrong_answer_on_every_architecture(key, case, expected, arch, monkeypatch):
     """A thread walking its own chunk (4-byte load offsets), a combine without the rescale (no more exps
     than the skeleton), a tree without its barriers and packs read one float at a time fail their SASS
-    check on sm_80 and on sm_90 alike."""
+    check on sm_80 and on sm_90 alike, with the check's hint."""
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", arch)
     grade = exercises.grade(key, (CASES / case).read_text(), gpu=False, simulate=False)
     assert grade.compiled and list(grade.sass.values()) == [False], grade.lines()
-    assert not grade.passed and grade.hint.startswith("the machine code lacks"), grade.hint
+    assert not grade.passed and grade.hint.startswith("the machine code lacks") and expected in grade.hint, grade.hint
 
 
 # --- gpu tier ----------------------------------------------------------------------------------------------

@@ -87,6 +87,13 @@ SHUFFLE = SassCheck(
     notes=(("SHFL.DOWN", "SHFL.DOWN (__shfl_down_sync) is fine here: only lane 0's result is used, and a shift "
                          "down leaves lane 0 complete; SHFL.BFLY (__shfl_xor_sync) leaves the sum in every lane, "
                          "which a caller that needs it everywhere (a max used by all lanes) requires"),))
+STRIDED_LOADS = SassCheck(
+    "loads a block's width apart (LDG offsets in multiples of 0x400)",
+    "the compiler unrolls the row loop; the immediate offsets of its loads are the distance from one iteration's "
+    "element to the next for one thread: 256 floats (0x400 bytes) when a thread steps over the block's other "
+    "threads, 4 bytes when it walks its own run of consecutive floats (uncoalesced across lanes)", test=_strided_loads,
+    fix="each thread walks its own run of consecutive elements, so at each step the lanes of a warp read addresses "
+        "far apart (uncoalesced, 32 cache lines a load): thread k must start at element k and step by THREADS")
 TREE_BARRIERS = SassCheck("more barriers (BAR.SYNC) than the skeleton", "one barrier a step of the tree: a thread "
                           "reads slots other threads wrote", any_of=("BAR.SYNC",), more=True,
                           fix="a __syncthreads() after each step of the tree")
@@ -150,14 +157,7 @@ EXERCISES = (
              "One block per row: the block's threads must share the row so that, at each step of the loop, "
              "the 32 lanes of a warp read 32 consecutive floats (one 128-byte line), and every element is "
              "added exactly once.", 10,
-             (SassCheck("loads a block's width apart (LDG offsets in multiples of 0x400)",
-                        "the compiler unrolls the row loop; the immediate offsets of its loads are the distance "
-                        "from one iteration's element to the next for one thread: 256 floats (0x400 bytes) when "
-                        "a thread steps over the block's other threads, 4 bytes when it walks its own run of "
-                        "consecutive floats (uncoalesced across lanes)", test=_strided_loads,
-                        fix="each thread walks its own run of consecutive elements, so at each step the lanes of a "
-                            "warp read addresses far apart (uncoalesced, 32 cache lines a load): thread k must "
-                            "start at element k and step by THREADS"),)),
+             (STRIDED_LOADS,)),
     Exercise("warp_shuffle", KL_DIV, "warp_shuffle", "Sum a warp with shuffles",
              "Write warp_sum: the sum of `value` over the 32 lanes of the warp, exchanged through registers "
              "(no shared memory, no barrier). block_sum uses lane 0's result.", 15, (SHUFFLE,)),
@@ -213,6 +213,19 @@ EXERCISES = (
     Exercise("mse_fused", MSE_LOSS, "fused", "Write mse_loss's gradient in the forward",
              "While the forward reads p and t for the loss, write dL/dp = 2 (p - t) / (B D) for grad_loss = 1 "
              "into grad_predictions, so the backward only scales it by grad_loss.", 10, fused=True),
+    Exercise("hinge_coalesce", HINGE_LOSS, "shared_memory", "Coalesce the row loop, rows in turn",
+             "Block b takes rows b, b + gridDim.x, ...; its threads share each row so that, at each step, the 32 "
+             "lanes of a warp read 32 consecutive floats, every element added exactly once.", 10, (STRIDED_LOADS,)),
+    Exercise("hinge_warp_partials", HINGE_LOSS, "warp_shuffle", "A block's sum from its warps' sums",
+             "Write block_sum with warp_sum: each warp's sum in one shared slot, one barrier, then the first warp "
+             "sums the slots.", 10, (SHUFFLE,)),
+    Exercise("hinge_vectorize", HINGE_LOSS, "vectorized", "Float4 column tiles, the targets in registers",
+             "Read a tile's four targets once as a float4 and keep them for all the block's rows; read each row's "
+             "four predictions as one float4, UNROLL rows in flight, every element exactly once.", 20,
+             (FLOAT4_LOADS,)),
+    Exercise("hinge_fused", HINGE_LOSS, "fused", "Write hinge_loss's gradient in the forward",
+             "While the forward holds a tile's predictions and targets, write dL/dp for grad_loss = 1 into "
+             "grad_predictions, so the backward only scales it by grad_loss.", 10, fused=True),
 )
 
 

@@ -80,6 +80,13 @@ EXERCISES |= {
     "mse_vectorize": ExerciseText(case_lib.MSE_LOSS, row_parts=True),
     "mse_fused": ExerciseText(case_lib.MSE_LOSS, special="fused", mean=_ELEMENTWISE_MEAN,
                               derivative="d/dp of (p - t)^2 is 2 (p - t)"),
+    "hinge_coalesce": ExerciseText(case_lib.HINGE_LOSS, zero="no element is added (the loops over the rows are "
+                                                             "missing)"),
+    "hinge_warp_partials": ExerciseText(case_lib.HINGE_LOSS),
+    "hinge_vectorize": ExerciseText(case_lib.HINGE_LOSS, zero="no element is added (the tile's rows are never "
+                                                              "read)"),
+    "hinge_fused": ExerciseText(case_lib.HINGE_LOSS, special="fused", mean=_ELEMENTWISE_MEAN,
+                                derivative="d/dp of max(1 - p t, 0) is -t where 1 - p t > 0, 0 elsewhere"),
 }
 PROBLEM_OF = {key: text.problem for key, text in EXERCISES.items()}
 RTOL, ATOL = 1e-4, 1e-5
@@ -321,6 +328,8 @@ def _value_messages(outcome, references, exercise: ExerciseText, source, problem
     if not any(found[:2]):  # with a NaN or a race the probes' weights are noise: they would mislead
         probes = _probe_messages(outcome, references, exercise, block_threads)
         messages += [m for m in probes if not messages or "whole row" not in m]
+    if not messages and all(r.loss == 0 for r, _ in wrong) and len(wrong) > 1:  # no probes to say it (hinge_loss)
+        messages.append(f"the loss is 0 for every input: {exercise.zero}")
     if not messages:
         r, ref = wrong[0]
         messages.append(f"wrong loss on {r.case.name}: {r.loss:.6g} instead of {ref['loss'][0]:.6g}")
