@@ -22,7 +22,8 @@ from losslab.teach import custom, exercises, isolated
 
 # The exercises of the losses added after kl_div and cross_entropy (issue 29): four a loss, one a rung above naive.
 NEW_KEYS = ["mse_block_sum", "mse_warp_sum", "mse_vectorize", "mse_fused",
-            "hinge_coalesce", "hinge_warp_partials", "hinge_vectorize", "hinge_fused"]
+            "hinge_coalesce", "hinge_warp_partials", "hinge_vectorize", "hinge_fused",
+            "smooth_l1_coalesce", "smooth_l1_warp_sum", "smooth_l1_vectorize", "smooth_l1_fused"]
 NEW = [exercises.get(key) for key in NEW_KEYS]
 
 
@@ -188,6 +189,13 @@ NEW_WRONG = [
     ("hinge_warp_partials", "hinge_warp_partials_every_lane.cu", "index 8 out of bounds for type 'float [8]'"),
     ("hinge_vectorize", "hinge_vectorize_whole_tile.cu", "1 element(s) past the end of predictions"),
     ("hinge_fused", "hinge_fused_no_mean.cu", "the gradient is B D = 3000 times too large"),
+    ("smooth_l1_coalesce", "smooth_l1_coalesce_step_one.cu", "elements of a row are added the wrong number of times"),
+    ("smooth_l1_coalesce", "smooth_l1_coalesce_chunk.cu", "thread k must start at element k and step by THREADS"),
+    ("smooth_l1_warp_sum", "smooth_l1_warp_sum_no1.cu", "offset(s) 1 missing"),
+    ("smooth_l1_vectorize", "smooth_l1_vectorize_tail_every_thread.cu", "every thread adds the whole tail"),
+    ("smooth_l1_vectorize", "smooth_l1_vectorize_no_head.cu", "misaligned 16-byte load at row 1: peel the head first"),
+    ("smooth_l1_fused", "smooth_l1_fused_mse_factor.cu", "the gradient is 2 times the reference"),
+    ("smooth_l1_fused", "smooth_l1_fused_sign.cu", "the gradient has the wrong sign"),
 ]
 
 
@@ -335,7 +343,7 @@ def test_solution_passes_and_skeleton_fails(exercise):
     ("fused_softmax", "fused_softmax_no_onehot.cu", "wrong only at each row's target class"),
     ("fused_softmax", "fused_softmax_no_scale.cu", "the gradient is n_valid = 3 times too large"),
     *(("cluster", case, expected) for case, expected in CLUSTER_WRONG),
-    *((key, case, expected) for key, case, expected in NEW_WRONG if "scalar" not in case),
+    *((key, case, expected) for key, case, expected in NEW_WRONG if "chunk" not in case),
 ])
 def test_wrong_answers_fail_on_the_gpu_with_the_diagnosis(key, case, expected):
     grade = exercises.grade(key, (CASES / case).read_text())

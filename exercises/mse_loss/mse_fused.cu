@@ -45,7 +45,8 @@ cudaError_t mse_loss_custom_forward(const void* predictions, const void* targets
     if (dtype != DType::float32 || grad_predictions == nullptr) return cudaErrorInvalidValue;
     fused_forward_kernel<<<B, THREADS, 0, stream>>>(static_cast<const float*>(predictions),
                                                     static_cast<const float*>(targets), row_partials,
-                                                    static_cast<float*>(grad_predictions), D, 1.0f / (float(B) * float(D)));
+                                                    static_cast<float*>(grad_predictions), D,
+                                                    1.0f / (float(B) * float(D)));
     cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return err;
     return launch_sum_partials(row_partials, B, float(B) * float(D), loss, stream);  // the mean over B D

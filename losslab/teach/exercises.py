@@ -226,6 +226,20 @@ EXERCISES = (
     Exercise("hinge_fused", HINGE_LOSS, "fused", "Write hinge_loss's gradient in the forward",
              "While the forward holds a tile's predictions and targets, write dL/dp for grad_loss = 1 into "
              "grad_predictions, so the backward only scales it by grad_loss.", 10, fused=True),
+    Exercise("smooth_l1_coalesce", SMOOTH_L1_LOSS, "shared_memory", "Coalesce the row loop",
+             "One block per row: the block's threads must share the row so that, at each step of the loop, "
+             "the 32 lanes of a warp read 32 consecutive floats, and every element is added exactly once.", 10,
+             (STRIDED_LOADS,)),
+    Exercise("smooth_l1_warp_sum", SMOOTH_L1_LOSS, "warp_shuffle", "Sum a warp with shuffles",
+             "Write warp_sum: the sum of `value` over the 32 lanes of the warp, exchanged through registers "
+             "(no shared memory, no barrier). block_sum uses lane 0's result.", 10, (SHUFFLE,)),
+    Exercise("smooth_l1_vectorize", SMOOTH_L1_LOSS, "vectorized", "Read the row as float4s, with a tail",
+             "After the scalar head, read the row's aligned middle with 16-byte float4 loads and the rest with "
+             "scalar ones, every element exactly once, on any width and any alignment of the row.", 15,
+             (FLOAT4_LOADS,)),
+    Exercise("smooth_l1_fused", SMOOTH_L1_LOSS, "fused", "Write smooth_l1_loss's gradient in the forward",
+             "While the forward reads p and t for the loss, write dL/dp = clamp(p - t, -1, 1) / (B D) for "
+             "grad_loss = 1 into grad_predictions, so the backward only scales it by grad_loss.", 10, fused=True),
 )
 
 

@@ -87,6 +87,12 @@ EXERCISES |= {
                                                               "read)"),
     "hinge_fused": ExerciseText(case_lib.HINGE_LOSS, special="fused", mean=_ELEMENTWISE_MEAN,
                                 derivative="d/dp of max(1 - p t, 0) is -t where 1 - p t > 0, 0 elsewhere"),
+    "smooth_l1_coalesce": replace(EXERCISES["coalesce"], problem=case_lib.SMOOTH_L1_LOSS),
+    "smooth_l1_warp_sum": replace(EXERCISES["warp_shuffle"], problem=case_lib.SMOOTH_L1_LOSS),
+    "smooth_l1_vectorize": ExerciseText(case_lib.SMOOTH_L1_LOSS, row_parts=True),
+    "smooth_l1_fused": ExerciseText(case_lib.SMOOTH_L1_LOSS, special="fused", mean=_ELEMENTWISE_MEAN,
+                                    derivative="d/dp of smooth_l1(p - t) is clamp(p - t, -1, 1) (beta = 1): "
+                                               "smooth_l1_grad"),
 }
 PROBLEM_OF = {key: text.problem for key, text in EXERCISES.items()}
 RTOL, ATOL = 1e-4, 1e-5
