@@ -23,7 +23,8 @@ from losslab.teach import custom, exercises, isolated
 # The exercises of the losses added after kl_div and cross_entropy (issue 29): four a loss, one a rung above naive.
 NEW_KEYS = ["mse_block_sum", "mse_warp_sum", "mse_vectorize", "mse_fused",
             "hinge_coalesce", "hinge_warp_partials", "hinge_vectorize", "hinge_fused",
-            "smooth_l1_coalesce", "smooth_l1_warp_sum", "smooth_l1_vectorize", "smooth_l1_fused"]
+            "smooth_l1_coalesce", "smooth_l1_warp_sum", "smooth_l1_vectorize", "smooth_l1_fused",
+            "cosine_block_dots", "cosine_warp_dots", "cosine_vectorize", "cosine_fused"]
 NEW = [exercises.get(key) for key in NEW_KEYS]
 
 
@@ -196,6 +197,14 @@ NEW_WRONG = [
     ("smooth_l1_vectorize", "smooth_l1_vectorize_no_head.cu", "misaligned 16-byte load at row 1: peel the head first"),
     ("smooth_l1_fused", "smooth_l1_fused_mse_factor.cu", "the gradient is 2 times the reference"),
     ("smooth_l1_fused", "smooth_l1_fused_sign.cu", "the gradient has the wrong sign"),
+    ("cosine_block_dots", "cosine_block_dots_no_barrier.cu", "the loss changes with the order the threads run"),
+    ("cosine_block_dots", "cosine_block_dots_one_sum.cu", "the row's p.p is wrong on 3 x 1000"),
+    ("cosine_warp_dots", "cosine_warp_dots_no16.cu", "a shuffle result added at offsets 16, 8, 4, 2 and 1"),
+    ("cosine_vectorize", "cosine_vectorize_no_tail.cu", "the elements in the scalar tail never reach the sums"),
+    ("cosine_vectorize", "cosine_vectorize_tail_every_thread.cu", "the scalar tail are added by every thread"),
+    ("cosine_vectorize", "cosine_vectorize_scalar.cu", "read the packs through float4 loads"),
+    ("cosine_fused", "cosine_fused_sign.cu", "the gradient has the wrong sign"),
+    ("cosine_fused", "cosine_fused_no_mean.cu", "the gradient is B = 3 times too large"),
 ]
 
 
@@ -343,7 +352,7 @@ def test_solution_passes_and_skeleton_fails(exercise):
     ("fused_softmax", "fused_softmax_no_onehot.cu", "wrong only at each row's target class"),
     ("fused_softmax", "fused_softmax_no_scale.cu", "the gradient is n_valid = 3 times too large"),
     *(("cluster", case, expected) for case, expected in CLUSTER_WRONG),
-    *((key, case, expected) for key, case, expected in NEW_WRONG if "chunk" not in case),
+    *((key, case, expected) for key, case, expected in NEW_WRONG if not case.endswith(("_chunk.cu", "_scalar.cu"))),
 ])
 def test_wrong_answers_fail_on_the_gpu_with_the_diagnosis(key, case, expected):
     grade = exercises.grade(key, (CASES / case).read_text())

@@ -21,7 +21,7 @@ import torch
 
 from losslab import build
 from losslab.present.html import Html
-from losslab.problems import cross_entropy, hinge_loss, kl_div, mse_loss, smooth_l1_loss
+from losslab.problems import cosine_similarity_loss, cross_entropy, hinge_loss, kl_div, mse_loss, smooth_l1_loss
 from losslab.teach import custom, isolated
 from losslab.teach.custom.evaluation import CHECK_TIMEOUT_S
 from losslab.teach.simulator.diagnose import EMPTY
@@ -152,6 +152,7 @@ class Exercise:
 
 KL_DIV, CROSS_ENTROPY = kl_div.PROBLEM.name, cross_entropy.PROBLEM.name  # the losses of the exercises
 MSE_LOSS, HINGE_LOSS, SMOOTH_L1_LOSS = mse_loss.PROBLEM.name, hinge_loss.PROBLEM.name, smooth_l1_loss.PROBLEM.name
+COSINE = cosine_similarity_loss.PROBLEM.name
 EXERCISES = (
     Exercise("coalesce", KL_DIV, "shared_memory", "Coalesce the row loop",
              "One block per row: the block's threads must share the row so that, at each step of the loop, "
@@ -240,6 +241,19 @@ EXERCISES = (
     Exercise("smooth_l1_fused", SMOOTH_L1_LOSS, "fused", "Write smooth_l1_loss's gradient in the forward",
              "While the forward reads p and t for the loss, write dL/dp = clamp(p - t, -1, 1) / (B D) for "
              "grad_loss = 1 into grad_predictions, so the backward only scales it by grad_loss.", 10, fused=True),
+    Exercise("cosine_block_dots", COSINE, "shared_memory", "Three dot products through one tree",
+             "Write block_dots' tree in shared memory: at each step the first `stride` threads add the three slots "
+             "`stride` further into their own, a barrier between steps, until tree[k][0] holds the block's sum k.",
+             15, (TREE_BARRIERS,)),
+    Exercise("cosine_warp_dots", COSINE, "warp_shuffle", "Three dot products through shuffles",
+             "In block_dots, sum each of the warp's three values (p.t, p.p, t.t) over its 32 lanes through "
+             "registers, before the slots and the one barrier.", 10, (SHUFFLE,)),
+    Exercise("cosine_vectorize", COSINE, "vectorized", "Read the rows as float4s, with head and tail",
+             "Pass every element of the row to add() exactly once: the head and the tail one float at a time, "
+             "the packs as float4s.", 15, (FLOAT4_LOADS,)),
+    Exercise("cosine_fused", COSINE, "fused", "Write cosine_similarity_loss's gradient in the forward",
+             "Once every thread has the row's three sums, write the row's dL/dp for grad_loss = 1 from the row "
+             "just read, so the backward only scales it by grad_loss.", 10, fused=True),
 )
 
 

@@ -93,6 +93,19 @@ EXERCISES |= {
     "smooth_l1_fused": ExerciseText(case_lib.SMOOTH_L1_LOSS, special="fused", mean=_ELEMENTWISE_MEAN,
                                     derivative="d/dp of smooth_l1(p - t) is clamp(p - t, -1, 1) (beta = 1): "
                                                "smooth_l1_grad"),
+    "cosine_block_dots": ExerciseText(
+        case_lib.COSINE, special="dots",
+        wrong_sum=("tree[k][0] must end with the block's sum k, for each of the three: at each step (stride "
+                   "THREADS / 2 down to 1) the first `stride` threads add the slots `stride` further into their own")),
+    "cosine_warp_dots": ExerciseText(
+        case_lib.COSINE, special="dots",
+        wrong_sum=("lane 0 of each warp must end with its warp's 32 lanes' sums, for each of the three: a shuffle "
+                   "result added at offsets 16, 8, 4, 2 and 1")),
+    "cosine_vectorize": ExerciseText(
+        case_lib.COSINE, special="dots",
+        wrong_sum="every element of the row must reach add() exactly once: head, float4 packs and tail"),
+    "cosine_fused": ExerciseText(case_lib.COSINE, special="fused", mean=("B", "1/B: row_cosine's scale is -1/B"),
+                                 derivative="dL/dp = -(1/B) dcos/dp: row_cosine's scale is -1/B"),
 }
 PROBLEM_OF = {key: text.problem for key, text in EXERCISES.items()}
 RTOL, ATOL = 1e-4, 1e-5
@@ -464,8 +477,41 @@ def _fused_softmax_messages(outcome: run_lib.Outcome, references, text: Exercise
     return []
 
 
+_PARTS = ("the head (before the first 16-byte boundary)", "the float4 packs", "the scalar tail")
+
+
+def _dots_messages(outcome: run_lib.Outcome, references, text: ExerciseText) -> list[str]:
+    """cosine_similarity_loss's three sums a row (row_dots: the loss alone cannot tell, cos is the same for sums
+    all k times too large): a part of the row (head, packs, tail) missing or added by every thread, else the
+    first wrong sum."""
+    launches = [x for x in outcome.launches if x["kernel"] != "sum_partials_kernel"]
+    threads = int(np.prod(launches[0]["block"])) if launches else 0
+    for r in outcome.results:
+        got = r.extra.get("row_dots")
+        if not r.finished or got is None:
+            continue
+        p, t = r.case.predictions.astype(np.float64), r.case.targets.astype(np.float64)
+        want = np.concatenate([(p * t).sum(axis=1), (p * p).sum(axis=1), (t * t).sum(axis=1)])
+        got = got.astype(np.float64)
+        if _close(got, want):
+            continue
+        pp_error = got[r.case.B:2 * r.case.B] - want[r.case.B:2 * r.case.B]
+        roles = case_lib.row_roles(r.case)
+        for role, name in enumerate(_PARTS):
+            part = np.where(roles == role, p * p, 0.0).sum(axis=1)
+            if np.any(part > 1e-3) and np.allclose(pp_error, -part, rtol=1e-3, atol=1e-3):
+                return [f"the elements in {name} never reach the sums on {r.case.name}"]
+            if np.any(part > 1e-3) and np.allclose(pp_error, (threads - 1) * part, rtol=1e-3, atol=1e-3):
+                return [f"the elements in {name} are added by every thread ({threads} times each) on {r.case.name}: "
+                        f"share them like warp_shuffle's loop (start at threadIdx.x, step THREADS)"]
+        bad = int(np.argmax(~np.isclose(got, want, rtol=RTOL, atol=ATOL)))
+        return [f"the row's {('p.t', 'p.p', 't.t')[bad // r.case.B]} is wrong on {r.case.name} (row {bad % r.case.B}: "
+                f"{got[bad]:.6g} instead of {want[bad]:.6g}): {text.wrong_sum}"]
+    return []
+
+
 _SPECIAL = {"online_softmax": _online_softmax_messages, "fused": _fused_messages,
-            "logit_parts": _logit_parts_messages, "fused_softmax": _fused_softmax_messages}
+            "logit_parts": _logit_parts_messages, "fused_softmax": _fused_softmax_messages, "dots": _dots_messages}
 
 
 def _notes(text: ExerciseText, source: str) -> list[str]:
