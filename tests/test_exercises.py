@@ -24,7 +24,8 @@ from losslab.teach import custom, exercises, isolated
 NEW_KEYS = ["mse_block_sum", "mse_warp_sum", "mse_vectorize", "mse_fused",
             "hinge_coalesce", "hinge_warp_partials", "hinge_vectorize", "hinge_fused",
             "smooth_l1_coalesce", "smooth_l1_warp_sum", "smooth_l1_vectorize", "smooth_l1_fused",
-            "cosine_block_dots", "cosine_warp_dots", "cosine_vectorize", "cosine_fused"]
+            "cosine_block_dots", "cosine_warp_dots", "cosine_vectorize", "cosine_fused",
+            "triplet_block_squares", "triplet_warp_squares", "triplet_vectorize", "triplet_fused"]
 NEW = [exercises.get(key) for key in NEW_KEYS]
 
 
@@ -205,6 +206,12 @@ NEW_WRONG = [
     ("cosine_vectorize", "cosine_vectorize_scalar.cu", "read the packs through float4 loads"),
     ("cosine_fused", "cosine_fused_sign.cu", "the gradient has the wrong sign"),
     ("cosine_fused", "cosine_fused_no_mean.cu", "the gradient is B = 3 times too large"),
+    ("triplet_block_squares", "triplet_block_squares_no_barrier.cu", "the loss changes with the order the threads run"),
+    ("triplet_block_squares", "triplet_block_squares_one_sum.cu", "slot 0 must end with the block's sums of both"),
+    ("triplet_warp_squares", "triplet_warp_squares_assign.cu", "a shuffle result added at offsets 16, 8, 4, 2 and 1"),
+    ("triplet_vectorize", "triplet_vectorize_d_packs.cu", "out-of-bounds read"),
+    ("triplet_vectorize", "triplet_vectorize_scalar.cu", "read the packs through float4 loads"),
+    ("triplet_fused", "triplet_fused_no_mean.cu", "the gradient is N = 3 times too large"),
 ]
 
 

@@ -21,7 +21,15 @@ import torch
 
 from losslab import build
 from losslab.present.html import Html
-from losslab.problems import cosine_similarity_loss, cross_entropy, hinge_loss, kl_div, mse_loss, smooth_l1_loss
+from losslab.problems import (
+    cosine_similarity_loss,
+    cross_entropy,
+    hinge_loss,
+    kl_div,
+    mse_loss,
+    smooth_l1_loss,
+    triplet_margin_loss,
+)
 from losslab.teach import custom, isolated
 from losslab.teach.custom.evaluation import CHECK_TIMEOUT_S
 from losslab.teach.simulator.diagnose import EMPTY
@@ -152,7 +160,7 @@ class Exercise:
 
 KL_DIV, CROSS_ENTROPY = kl_div.PROBLEM.name, cross_entropy.PROBLEM.name  # the losses of the exercises
 MSE_LOSS, HINGE_LOSS, SMOOTH_L1_LOSS = mse_loss.PROBLEM.name, hinge_loss.PROBLEM.name, smooth_l1_loss.PROBLEM.name
-COSINE = cosine_similarity_loss.PROBLEM.name
+COSINE, TRIPLET = cosine_similarity_loss.PROBLEM.name, triplet_margin_loss.PROBLEM.name
 EXERCISES = (
     Exercise("coalesce", KL_DIV, "shared_memory", "Coalesce the row loop",
              "One block per row: the block's threads must share the row so that, at each step of the loop, "
@@ -254,6 +262,19 @@ EXERCISES = (
     Exercise("cosine_fused", COSINE, "fused", "Write cosine_similarity_loss's gradient in the forward",
              "Once every thread has the row's three sums, write the row's dL/dp for grad_loss = 1 from the row "
              "just read, so the backward only scales it by grad_loss.", 10, fused=True),
+    Exercise("triplet_block_squares", TRIPLET, "shared_memory", "Two squared distances through one tree",
+             "Write block_squares' tree in shared memory: at each step the first `stride` threads add both slots "
+             "`stride` further into their own, a barrier between steps, until slot 0 holds the block's sums.", 15,
+             (TREE_BARRIERS,)),
+    Exercise("triplet_warp_squares", TRIPLET, "warp_shuffle", "Two squared distances through shuffles",
+             "In block_squares, sum each of the warp's two values (s.ap, s.an) over its 32 lanes through registers, "
+             "before the slots and the one barrier.", 10, (SHUFFLE,)),
+    Exercise("triplet_vectorize", TRIPLET, "vectorized", "Read the rows as float4s",
+             "On a row that starts on a 16-byte boundary, share the D / 4 packs among the block's threads and read "
+             "each through 16-byte loads, every element exactly once.", 10, (FLOAT4_LOADS,)),
+    Exercise("triplet_fused", TRIPLET, "fused", "Write triplet_margin_loss's gradient in the forward",
+             "Once every thread has the row's two sums, give the gradient loops the coefficients of dL/da for "
+             "grad_loss = 1, so the backward only scales it by grad_loss.", 10, fused=True),
 )
 
 

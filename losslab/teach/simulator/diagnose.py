@@ -41,6 +41,7 @@ class ExerciseText:
                       "the combined max)")
     mean: tuple[str, str] = ("B", "1/B (inv_B)")  # a fused gradient's divisor, and its factor in the source
     derivative: str = "d/dp of -t log p is -t / p"  # a fused gradient's formula
+    wrong_loss: str = ""  # what to check when only the loss says something is wrong (no probes, no extra outputs)
 
 
 EXERCISES = {
@@ -106,6 +107,17 @@ EXERCISES |= {
         wrong_sum="every element of the row must reach add() exactly once: head, float4 packs and tail"),
     "cosine_fused": ExerciseText(case_lib.COSINE, special="fused", mean=("B", "1/B: row_cosine's scale is -1/B"),
                                  derivative="dL/dp = -(1/B) dcos/dp: row_cosine's scale is -1/B"),
+    "triplet_block_squares": ExerciseText(
+        case_lib.TRIPLET, wrong_loss=("slot 0 must end with the block's sums of both: at each step (stride THREADS / 2 "
+                                      "down to 1) the first `stride` threads add both slots `stride` further on")),
+    "triplet_warp_squares": ExerciseText(
+        case_lib.TRIPLET, wrong_loss=("lane 0 of each warp must end with its warp's 32 lanes' sums, of s.ap and of "
+                                      "s.an: a shuffle result added at offsets 16, 8, 4, 2 and 1")),
+    "triplet_vectorize": ExerciseText(
+        case_lib.TRIPLET, wrong_loss=("every element of a packed row must reach add_squares exactly once: thread k "
+                                      "takes packs k, k + THREADS, ... of the D / 4")),
+    "triplet_fused": ExerciseText(case_lib.TRIPLET, special="fused", mean=("N", "1/N (triplet_coefficients' scale)"),
+                                  derivative="dL/da = (1/N) d(row's loss)/da: triplet_coefficients' scale is 1/N"),
 }
 PROBLEM_OF = {key: text.problem for key, text in EXERCISES.items()}
 RTOL, ATOL = 1e-4, 1e-5
@@ -351,7 +363,8 @@ def _value_messages(outcome, references, exercise: ExerciseText, source, problem
         messages.append(f"the loss is 0 for every input: {exercise.zero}")
     if not messages:
         r, ref = wrong[0]
-        messages.append(f"wrong loss on {r.case.name}: {r.loss:.6g} instead of {ref['loss'][0]:.6g}")
+        messages.append(f"wrong loss on {r.case.name}: {r.loss:.6g} instead of {ref['loss'][0]:.6g}"
+                        + (f": {exercise.wrong_loss}" if exercise.wrong_loss else ""))
     return messages
 
 
