@@ -219,7 +219,7 @@ EXERCISES = (
              "After the scalar head, read the row's aligned middle with 16-byte float4 loads and the rest with "
              "scalar ones, every element exactly once, on any width and any alignment of the row.", 15,
              (FLOAT4_LOADS,)),
-    Exercise("mse_fused", MSE_LOSS, "fused", "Write mse_loss's gradient in the forward",
+    Exercise("mse_fused", MSE_LOSS, "fused", f"Write {MSE_LOSS}'s gradient in the forward",
              "While the forward reads p and t for the loss, write dL/dp = 2 (p - t) / (B D) for grad_loss = 1 "
              "into grad_predictions, so the backward only scales it by grad_loss.", 10, fused=True),
     Exercise("hinge_coalesce", HINGE_LOSS, "shared_memory", "Coalesce the row loop, rows in turn",
@@ -232,7 +232,7 @@ EXERCISES = (
              "Read a tile's four targets once as a float4 and keep them for all the block's rows; read each row's "
              "four predictions as one float4, UNROLL rows in flight, every element exactly once.", 20,
              (FLOAT4_LOADS,)),
-    Exercise("hinge_fused", HINGE_LOSS, "fused", "Write hinge_loss's gradient in the forward",
+    Exercise("hinge_fused", HINGE_LOSS, "fused", f"Write {HINGE_LOSS}'s gradient in the forward",
              "While the forward holds a tile's predictions and targets, write dL/dp for grad_loss = 1 into "
              "grad_predictions, so the backward only scales it by grad_loss.", 10, fused=True),
     Exercise("smooth_l1_coalesce", SMOOTH_L1_LOSS, "shared_memory", "Coalesce the row loop",
@@ -246,7 +246,7 @@ EXERCISES = (
              "After the scalar head, read the row's aligned middle with 16-byte float4 loads and the rest with "
              "scalar ones, every element exactly once, on any width and any alignment of the row.", 15,
              (FLOAT4_LOADS,)),
-    Exercise("smooth_l1_fused", SMOOTH_L1_LOSS, "fused", "Write smooth_l1_loss's gradient in the forward",
+    Exercise("smooth_l1_fused", SMOOTH_L1_LOSS, "fused", f"Write {SMOOTH_L1_LOSS}'s gradient in the forward",
              "While the forward reads p and t for the loss, write dL/dp = clamp(p - t, -1, 1) / (B D) for "
              "grad_loss = 1 into grad_predictions, so the backward only scales it by grad_loss.", 10, fused=True),
     Exercise("cosine_block_dots", COSINE, "shared_memory", "Three dot products through one tree",
@@ -259,7 +259,7 @@ EXERCISES = (
     Exercise("cosine_vectorize", COSINE, "vectorized", "Read the rows as float4s, with head and tail",
              "Pass every element of the row to add() exactly once: the head and the tail one float at a time, "
              "the packs as float4s.", 15, (FLOAT4_LOADS,)),
-    Exercise("cosine_fused", COSINE, "fused", "Write cosine_similarity_loss's gradient in the forward",
+    Exercise("cosine_fused", COSINE, "fused", f"Write {COSINE}'s gradient in the forward",
              "Once every thread has the row's three sums, write the row's dL/dp for grad_loss = 1 from the row "
              "just read, so the backward only scales it by grad_loss.", 10, fused=True),
     Exercise("triplet_block_squares", TRIPLET, "shared_memory", "Two squared distances through one tree",
@@ -272,7 +272,7 @@ EXERCISES = (
     Exercise("triplet_vectorize", TRIPLET, "vectorized", "Read the rows as float4s",
              "On a row that starts on a 16-byte boundary, share the D / 4 packs among the block's threads and read "
              "each through 16-byte loads, every element exactly once.", 10, (FLOAT4_LOADS,)),
-    Exercise("triplet_fused", TRIPLET, "fused", "Write triplet_margin_loss's gradient in the forward",
+    Exercise("triplet_fused", TRIPLET, "fused", f"Write {TRIPLET}'s gradient in the forward",
              "Once every thread has the row's two sums, give the gradient loops the coefficients of dL/da for "
              "grad_loss = 1, so the backward only scales it by grad_loss.", 10, fused=True),
 )
