@@ -39,7 +39,9 @@ class ExerciseText:
     wrong_max: str = "the max of a union is the larger of the two maxes"
     wrong_sum: str = ("each part's sum counts exp(x - its own max); before adding, rescale each by exp(its max - "
                       "the combined max)")
-    mean: tuple[str, str] = ("B", "1/B (inv_B)")  # a fused gradient's divisor, and its factor in the source
+    # a fused gradient's divisor as the loss names it ("B D": the mean over every element), and its inverse as
+    # the source holds it
+    mean: tuple[str, str] = ("B", "1/B (inv_B)")
     derivative: str = "d/dp of -t log p is -t / p"  # a fused gradient's formula
     wrong_loss: str = ""  # what to check when only the loss says something is wrong (no probes, no extra outputs)
 
