@@ -161,6 +161,11 @@ class Exercise:
 KL_DIV, CROSS_ENTROPY = kl_div.PROBLEM.name, cross_entropy.PROBLEM.name  # the losses of the exercises
 MSE_LOSS, HINGE_LOSS, SMOOTH_L1_LOSS = mse_loss.PROBLEM.name, hinge_loss.PROBLEM.name, smooth_l1_loss.PROBLEM.name
 COSINE, TRIPLET = cosine_similarity_loss.PROBLEM.name, triplet_margin_loss.PROBLEM.name
+# the tasks that several losses' exercises share, word for word
+WARP_SUM_TASK = ("Write warp_sum: the sum of `value` over the 32 lanes of the warp, exchanged through registers "
+                 "(no shared memory, no barrier). block_sum uses lane 0's result.")
+COALESCE_TASK = ("One block per row: the block's threads must share the row so that, at each step of the loop, "
+                 "the 32 lanes of a warp read 32 consecutive floats, and every element is added exactly once.")
 EXERCISES = (
     Exercise("coalesce", KL_DIV, "shared_memory", "Coalesce the row loop",
              "One block per row: the block's threads must share the row so that, at each step of the loop, "
@@ -168,8 +173,7 @@ EXERCISES = (
              "added exactly once.", 10,
              (STRIDED_LOADS,)),
     Exercise("warp_shuffle", KL_DIV, "warp_shuffle", "Sum a warp with shuffles",
-             "Write warp_sum: the sum of `value` over the 32 lanes of the warp, exchanged through registers "
-             "(no shared memory, no barrier). block_sum uses lane 0's result.", 15, (SHUFFLE,)),
+             WARP_SUM_TASK, 15, (SHUFFLE,)),
     Exercise("vectorize", KL_DIV, "vectorized", "Vectorize the loads, with head and tail",
              "Read the aligned middle of each row with 16-byte float4 loads and every other element exactly "
              "once, on any width and any alignment of the row.", 20,
@@ -213,8 +217,7 @@ EXERCISES = (
              "`stride` further into their own, a barrier between steps, until partial[0] holds the block's sum.",
              10, (TREE_BARRIERS,)),
     Exercise("mse_warp_sum", MSE_LOSS, "warp_shuffle", "Sum a warp with shuffles",
-             "Write warp_sum: the sum of `value` over the 32 lanes of the warp, exchanged through registers "
-             "(no shared memory, no barrier). block_sum uses lane 0's result.", 10, (SHUFFLE,)),
+             WARP_SUM_TASK, 10, (SHUFFLE,)),
     Exercise("mse_vectorize", MSE_LOSS, "vectorized", "Read the row as float4s, with a tail",
              "After the scalar head, read the row's aligned middle with 16-byte float4 loads and the rest with "
              "scalar ones, every element exactly once, on any width and any alignment of the row.", 15,
@@ -236,12 +239,10 @@ EXERCISES = (
              "While the forward holds a tile's predictions and targets, write dL/dp for grad_loss = 1 into "
              "grad_predictions, so the backward only scales it by grad_loss.", 10, fused=True),
     Exercise("smooth_l1_coalesce", SMOOTH_L1_LOSS, "shared_memory", "Coalesce the row loop",
-             "One block per row: the block's threads must share the row so that, at each step of the loop, "
-             "the 32 lanes of a warp read 32 consecutive floats, and every element is added exactly once.", 10,
+             COALESCE_TASK, 10,
              (STRIDED_LOADS,)),
     Exercise("smooth_l1_warp_sum", SMOOTH_L1_LOSS, "warp_shuffle", "Sum a warp with shuffles",
-             "Write warp_sum: the sum of `value` over the 32 lanes of the warp, exchanged through registers "
-             "(no shared memory, no barrier). block_sum uses lane 0's result.", 10, (SHUFFLE,)),
+             WARP_SUM_TASK, 10, (SHUFFLE,)),
     Exercise("smooth_l1_vectorize", SMOOTH_L1_LOSS, "vectorized", "Read the row as float4s, with a tail",
              "After the scalar head, read the row's aligned middle with 16-byte float4 loads and the rest with "
              "scalar ones, every element exactly once, on any width and any alignment of the row.", 15,
