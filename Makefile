@@ -5,6 +5,9 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
+# pytest processes for `make test` (pytest-xdist; each test file stays in one process, its fixtures with it).
+# 1 on a machine with one GPU, whose gpu tier would otherwise run two processes on it at once.
+TEST_WORKERS ?= 2
 
 .PHONY: report test gpu-suite clean
 
@@ -20,7 +23,7 @@ report: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	$(PY) -m ruff check losslab tests
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 # On a GPU machine with torch already installed: build, test and record results.
 gpu-suite:

@@ -15,9 +15,19 @@ import subprocess
 
 import pytest
 
-from losslab import build, problems
+from losslab import build
+from losslab.build import ladder
 from losslab.measure.check import CheckResult
 from losslab.teach import custom, exercises, isolated
+from losslab.teach import simulator as sim
+
+# The exercises of the losses added after kl_div and cross_entropy (issue 29): four a loss, one a rung above naive.
+NEW_KEYS = ["mse_block_sum", "mse_warp_sum", "mse_vectorize", "mse_fused",
+            "hinge_coalesce", "hinge_warp_partials", "hinge_vectorize", "hinge_fused",
+            "smooth_l1_coalesce", "smooth_l1_warp_sum", "smooth_l1_vectorize", "smooth_l1_fused",
+            "cosine_block_dots", "cosine_warp_dots", "cosine_vectorize", "cosine_fused",
+            "triplet_block_squares", "triplet_warp_squares", "triplet_vectorize", "triplet_fused"]
+NEW = [exercises.get(key) for key in NEW_KEYS]
 
 
 @pytest.mark.parametrize("exercise", exercises.EXERCISES, ids=lambda e: e.key)
@@ -31,18 +41,17 @@ def test_exercise_files(exercise):
 
 
 def test_exercise_ladder_order():
-    """Ten exercises, one idea of a ladder each; each rebuilds a real rung, and every rung above naive of both
-    ladders has one (a skeleton's number is its place in this list)."""
+    """One idea of a ladder each; each rebuilds a real rung, and every rung above naive of each loss with
+    exercises has one (a skeleton's number is its place in this list)."""
     assert [e.key for e in exercises.EXERCISES] == [
         "coalesce", "warp_shuffle", "vectorize", "online_softmax", "fused",
-        "logsumexp_tree", "warp_max", "vectorize_logits", "fused_softmax", "cluster"]
+        "logsumexp_tree", "warp_max", "vectorize_logits", "fused_softmax", "cluster",
+        *NEW_KEYS]
     for number, e in enumerate(exercises.EXERCISES, start=1):
-        assert e.rung in problems.get(e.problem).variants and 5 <= e.minutes <= 45
+        assert e.rung in ladder.rungs(e.problem) and 5 <= e.minutes <= 45
         assert e.skeleton.read_text().startswith(f"// Exercise {number} -- ")
     for problem in {e.problem for e in exercises.EXERCISES}:
-        ladder = [v for v in problems.get(problem).variants if (build.ROOT / "kernels" / problem / "ladder" /
-                                                                 f"{v}.cu").exists()]
-        assert {e.rung for e in exercises.EXERCISES if e.problem == problem} == set(ladder) - {"naive"}, problem
+        assert {e.rung for e in exercises.EXERCISES if e.problem == problem} == set(ladder.rungs(problem)) - {"naive"}
 
 
 @pytest.mark.parametrize("exercise", exercises.EXERCISES, ids=lambda e: e.key)
@@ -157,6 +166,77 @@ def test_without_a_gpu_a_wrong_answer_gets_its_specific_message(key, case, expec
 
 @pytest.mark.compile
 @simulator
+@pytest.mark.parametrize("exercise", NEW, ids=lambda e: e.key)
+def test_without_a_gpu_the_skeleton_is_red_and_the_solution_green(exercise):
+    """The skeleton as shipped compiles and is red on the simulator with a hint (and "the FILL ME IN ... is
+    still to do"); the solution is green, machine code included."""
+    skeleton = exercises.grade(exercise.key, gpu=False)
+    text = "\n".join(skeleton.lines())
+    assert skeleton.compiled and skeleton.simulated is False and not skeleton.passed, text
+    assert "FILL ME IN" in text and skeleton.hint and "RED: not yet" in text, text
+    assert not exercise.sass or not all(skeleton.sass.values()), text
+    solved = exercises.grade(exercise.key, solution=True, gpu=False)
+    assert solved.passed and all(solved.sass.values()), "\n".join(solved.lines())
+
+
+# The new exercises' wrong answers: each hint with the mistake it names (the simulator's; the machine code's:
+# test_the_machine_code_check_refuses_a_wrong_answer_on_every_architecture).
+NEW_WRONG = [
+    ("mse_block_sum", "mse_block_sum_no_barrier.cu", "the loss changes with the order the threads run"),
+    ("mse_warp_sum", "mse_warp_sum_assign.cu", "a shuffle result must be added"),
+    ("mse_warp_sum", "mse_warp_sum_no16.cu", "offset 16 is missing"),
+    ("mse_vectorize", "mse_vectorize_no_tail.cu", "the scalar tail misses the last D % 4 elements"),
+    ("mse_fused", "mse_fused_no_two.cu", "d/dp of (p - t)^2 is 2 (p - t)"),
+    ("mse_fused", "mse_fused_no_mean.cu", "the gradient is B D = 3000 times too large"),
+    ("hinge_coalesce", "hinge_coalesce_whole_row.cu", "the loss is 256x too large: each thread sums the whole row"),
+    ("hinge_warp_partials", "hinge_warp_partials_no_barrier.cu", "a missing __syncthreads()"),
+    ("hinge_warp_partials", "hinge_warp_partials_every_lane.cu", "index 8 out of bounds for type 'float [8]'"),
+    ("hinge_vectorize", "hinge_vectorize_whole_tile.cu", "1 element(s) past the end of predictions"),
+    ("hinge_fused", "hinge_fused_no_mean.cu", "the gradient is B D = 3000 times too large"),
+    ("smooth_l1_coalesce", "smooth_l1_coalesce_step_one.cu", "elements of a row are added the wrong number of times"),
+    ("smooth_l1_coalesce", "smooth_l1_coalesce_chunk.cu", "thread k must start at element k and step by THREADS"),
+    ("smooth_l1_warp_sum", "smooth_l1_warp_sum_no1.cu", "offset(s) 1 missing"),
+    ("smooth_l1_vectorize", "smooth_l1_vectorize_tail_every_thread.cu", "every thread adds the whole tail"),
+    ("smooth_l1_vectorize", "smooth_l1_vectorize_no_head.cu", "misaligned 16-byte load at row 1: peel the head first"),
+    ("smooth_l1_fused", "smooth_l1_fused_mse_factor.cu", "the gradient is 2 times the reference"),
+    ("smooth_l1_fused", "smooth_l1_fused_sign.cu", "the gradient has the wrong sign"),
+    ("cosine_block_dots", "cosine_block_dots_no_barrier.cu", "the loss changes with the order the threads run"),
+    ("cosine_block_dots", "cosine_block_dots_one_sum.cu", "the row's p.p is wrong on 3 x 1000"),
+    ("cosine_warp_dots", "cosine_warp_dots_no16.cu", "a shuffle result added at offsets 16, 8, 4, 2 and 1"),
+    ("cosine_vectorize", "cosine_vectorize_no_tail.cu", "the elements in the scalar tail never reach the sums"),
+    ("cosine_vectorize", "cosine_vectorize_tail_every_thread.cu", "the scalar tail are added by every thread"),
+    ("cosine_vectorize", "cosine_vectorize_scalar.cu", "read the packs through float4 loads"),
+    ("cosine_fused", "cosine_fused_sign.cu", "the gradient has the wrong sign"),
+    ("cosine_fused", "cosine_fused_no_mean.cu", "the gradient is B = 3 times too large"),
+    ("triplet_block_squares", "triplet_block_squares_no_barrier.cu", "the loss changes with the order the threads run"),
+    ("triplet_block_squares", "triplet_block_squares_one_sum.cu", "slot 0 must end with the block's sums of both"),
+    ("triplet_warp_squares", "triplet_warp_squares_assign.cu", "a shuffle result added at offsets 16, 8, 4, 2 and 1"),
+    ("triplet_vectorize", "triplet_vectorize_d_packs.cu", "out-of-bounds read"),
+    ("triplet_vectorize", "triplet_vectorize_scalar.cu", "read the packs through float4 loads"),
+    ("triplet_fused", "triplet_fused_no_mean.cu", "the gradient is N = 3 times too large"),
+]
+
+
+MACHINE_CODE_ONLY = ("_chunk.cu", "_scalar.cu")  # right numbers: only the machine code's check fails
+
+
+@pytest.mark.compile
+@simulator
+@pytest.mark.parametrize("key, case, expected", NEW_WRONG)
+def test_without_a_gpu_a_new_exercise_s_wrong_answer_gets_its_hint(key, case, expected):
+    """The grade's hint: the machine code's, or the simulator's first message (the grade's hint then; read
+    from the simulator alone, no nvcc: the skeleton-and-solution tests build the rest of the grade)."""
+    source = (CASES / case).read_text()
+    if case.endswith(MACHINE_CODE_ONLY):
+        grade = exercises.grade(key, source, gpu=False, simulate=False)
+        assert not grade.passed and expected in grade.hint, "\n".join(grade.lines())
+    else:
+        cpu = sim.grade_on_cpu(key, source)
+        assert not cpu.passed and expected in cpu.messages[0], str(cpu)
+
+
+@pytest.mark.compile
+@simulator
 def test_without_a_gpu_the_solution_is_green_on_the_simulator():
     grade = exercises.grade("coalesce", solution=True, gpu=False)
     assert grade.passed, "\n".join(grade.lines())
@@ -220,12 +300,15 @@ ARCHS = pytest.mark.parametrize("arch", ["8.0", "9.0"])  # sm_80 here (no GPU), 
 
 
 @pytest.mark.compile
-@ARCHS
-@pytest.mark.parametrize("exercise", exercises.EXERCISES, ids=lambda e: e.key)
+@pytest.mark.parametrize("exercise, arch", [(e, arch) for e in exercises.EXERCISES for arch in ("8.0", "9.0")
+                                            if e not in NEW or (e.sass and arch == "9.0")],
+                         ids=lambda x: getattr(x, "key", x))
 def test_skeleton_and_solution_compile(exercise, arch, tmp_path, monkeypatch):
     """Both compile; the solution's machine code shows the rung's idea and the skeleton's does not, for the
     architecture of a machine without a GPU and of the GPU machine (sm_90's SASS spells loads desc[UR][R.64]
-    and keeps more of an unfinished skeleton: a relative check compares with the skeleton's own SASS)."""
+    and keeps more of an unfinished skeleton: a relative check compares with the skeleton's own SASS). The
+    new exercises at sm_90 alone, where they have a machine-code check: their red and green grades build
+    both architectures already (test_without_a_gpu_the_skeleton_is_red_and_the_solution_green)."""
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", arch)
     compiled = {kind: custom.check_source(exercise.problem, path.read_text(), exercise.key, root=tmp_path)
                 for kind, path in (("skeleton", exercise.skeleton), ("solution", exercise.solution))}
@@ -242,15 +325,22 @@ def test_skeleton_and_solution_compile(exercise, arch, tmp_path, monkeypatch):
 
 @pytest.mark.compile
 @ARCHS
-@pytest.mark.parametrize("key, case", [("coalesce", "coalesce_chunk.cu"),
-                                       ("online_softmax", "online_softmax_no_rescale.cu")])
-def test_the_machine_code_check_refuses_a_wrong_answer_on_every_architecture(key, case, arch, monkeypatch):
-    """A thread walking its own chunk (4-byte load offsets) and a combine without the rescale (no more exps
-    than the skeleton) fail their SASS check on sm_80 and on sm_90 alike."""
+@pytest.mark.parametrize("key, case, expected", [
+    ("coalesce", "coalesce_chunk.cu", "thread k must start at element k and step by THREADS"),
+    ("online_softmax", "online_softmax_no_rescale.cu", "rescale each part's sum"),
+    ("mse_block_sum", "mse_block_sum_no_barrier.cu", "a __syncthreads() after each step of the tree"),
+    ("mse_vectorize", "mse_vectorize_scalar.cu", "read the packs through float4 loads"),
+    ("hinge_coalesce", "hinge_coalesce_chunk.cu", "thread k must start at element k and step by THREADS"),
+    ("hinge_vectorize", "hinge_vectorize_scalar.cu", "read the packs through float4 loads"),
+])
+def test_the_machine_code_check_refuses_a_wrong_answer_on_every_architecture(key, case, expected, arch, monkeypatch):
+    """A thread walking its own chunk (4-byte load offsets), a combine without the rescale (no more exps
+    than the skeleton), a tree without its barriers and packs read one float at a time fail their SASS
+    check on sm_80 and on sm_90 alike, with the check's hint."""
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", arch)
     grade = exercises.grade(key, (CASES / case).read_text(), gpu=False, simulate=False)
     assert grade.compiled and list(grade.sass.values()) == [False], grade.lines()
-    assert not grade.passed and grade.hint.startswith("the machine code lacks"), grade.hint
+    assert not grade.passed and grade.hint.startswith("the machine code lacks") and expected in grade.hint, grade.hint
 
 
 # --- gpu tier ----------------------------------------------------------------------------------------------
@@ -284,6 +374,7 @@ def test_solution_passes_and_skeleton_fails(exercise):
     ("fused_softmax", "fused_softmax_no_onehot.cu", "wrong only at each row's target class"),
     ("fused_softmax", "fused_softmax_no_scale.cu", "the gradient is n_valid = 3 times too large"),
     *(("cluster", case, expected) for case, expected in CLUSTER_WRONG),
+    *((key, case, expected) for key, case, expected in NEW_WRONG if not case.endswith(MACHINE_CODE_ONLY)),
 ])
 def test_wrong_answers_fail_on_the_gpu_with_the_diagnosis(key, case, expected):
     grade = exercises.grade(key, (CASES / case).read_text())

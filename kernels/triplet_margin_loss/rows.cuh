@@ -153,7 +153,11 @@ cudaError_t triplet_rows(const void* a, const void* p, const void* n, void* ga, 
                            static_cast<T*>(ga), static_cast<T*>(gp), static_cast<T*>(gn), row_losses, ticket,
                            static_cast<T*>(loss), static_cast<const T*>(scalar_grad), grad, per_row, D,
                            opt.reduction == TRIPLET_MEAN ? float(N) : 1.0f, opt};
-    triplet_rows_kernel<T, THREADS, CACHE><<<static_cast<unsigned int>(N), THREADS, 0, stream>>>(r);
+    // THREADS is a float32 row's block: a 16-bit row holds half the bytes, so half the threads keep as
+    // many packs each in flight (32768 x 8192 bfloat16 on an H100: 512 threads, forward 0.752 ms, 72 %
+    // of DRAM; 256 threads 0.533 ms; fused forward+backward 1.060 -> 0.721 ms)
+    constexpr int BLOCK = sizeof(T) == 2 && THREADS % 64 == 0 ? THREADS / 2 : THREADS;
+    triplet_rows_kernel<T, BLOCK, CACHE><<<static_cast<unsigned int>(N), BLOCK, 0, stream>>>(r);
     return cudaGetLastError();
 }
 

@@ -10,7 +10,7 @@
 
 // Launch knobs (losslab/build/knobs.py): -DLOSSLAB_TRIPLET_MARGIN_LOSS_VECTORIZED_<KNOB>=<value> builds another one.
 #ifndef LOSSLAB_TRIPLET_MARGIN_LOSS_VECTORIZED_THREADS
-#define LOSSLAB_TRIPLET_MARGIN_LOSS_VECTORIZED_THREADS 512  // threads per block: 128 256 512 1024
+#define LOSSLAB_TRIPLET_MARGIN_LOSS_VECTORIZED_THREADS 512  // threads per float32 row (16-bit: half): 128 256 512 1024
 #endif
 #ifndef LOSSLAB_TRIPLET_MARGIN_LOSS_VECTORIZED_CACHE
 #define LOSSLAB_TRIPLET_MARGIN_LOSS_VECTORIZED_CACHE 4  // 16-byte packs per tensor a thread holds: 1 2 4 8

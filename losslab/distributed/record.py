@@ -22,9 +22,11 @@ def record_path(device: str, world: int, folder: Path = FOLDER) -> Path:
 
 
 def sources() -> list[Path]:
-    """The files a measurement depends on: ``kernels/vocab_parallel/``, its binding and this package."""
+    """The files a measurement depends on: ``kernels/vocab_parallel/``, its binding and this package
+    but this module (which only writes, reads and prints records)."""
     package = Path(__file__).resolve().parent
-    return sorted([*(KERNELS / "vocab_parallel").glob("*"), CSRC / "vocab_parallel.cpp", *package.glob("*.py")])
+    measured = [path for path in package.glob("*.py") if path.name != Path(__file__).name]
+    return sorted([*(KERNELS / "vocab_parallel").glob("*"), CSRC / "vocab_parallel.cpp", *measured])
 
 
 def sources_sha256() -> str:
@@ -85,8 +87,8 @@ def table(data: dict, linear: bool = True) -> str:
     return "\n".join(lines)
 
 
-LINEAR_COLUMNS = {"losslab": "losslab", "losslab_4_chunks": "ll 4 chunks", "logits_then_losslab": "logits+ll",
-                  "logits_then_megatron_style": "logits+Meg", "gemms": "3 GEMMs"}
+LINEAR_COLUMNS = {"losslab": "losslab", "losslab_4_chunks": "4 chunks", "logits_then_losslab": "slice+losslab",
+                  "logits_then_megatron_style": "slice+Megatron", "gemms": "3 GEMMs"}
 
 
 def linear_table(data: dict) -> list[str]:
@@ -95,13 +97,13 @@ def linear_table(data: dict) -> list[str]:
     lines = [f"vocab-parallel linear cross-entropy, {heads[0]['dtype']}, forward+backward with the input's gradient "
              "all-reduced: median ms per call / extra GiB (slowest rank)",
              f"{'head (N, H, V)':<30}" + "".join(f"{label:>16}" for label in LINEAR_COLUMNS.values())
-             + f"{'x GEMMs':>9}"]
+             + f"{'/ GEMMs':>9}"]
     for h in heads:
         label = f"{h['head']} ({h['rows']}, {h['hidden']}, {h['vocab']})"
         cells = "".join(f"{h['ms'][key]:>8.2f} /{h['extra_gib'][key]:>5.2f}" if key in h["ms"] else f"{'-':>16}"
                         for key in LINEAR_COLUMNS)
         lines.append(f"{label:<30}{cells}{h['ms']['losslab'] / h['ms']['gemms']:>9.2f}")
-    lines.append("losslab: default chunks (about 256 MiB); ll 4 chunks: chunk_rows N/4; logits+ll: this rank's logits "
-                 "made whole, then vocab_parallel_cross_entropy; logits+Meg: the same with the Megatron-style loss; "
-                 "3 GEMMs: the time floor")
+    lines.append("losslab: default chunks (about 256 MiB); 4 chunks: chunk_rows N/4; slice+losslab: this rank's "
+                 "logits made whole, then vocab_parallel_cross_entropy; slice+Megatron: the same with the "
+                 "Megatron-style loss; 3 GEMMs: the matrix products alone; / GEMMs: losslab's time over theirs")
     return lines

@@ -28,7 +28,7 @@ def timeline_figure(data: dict):
                 start += phases[name]
         ax.invert_yaxis()
         ax.set_ylabel("rank")
-        ax.set_xlabel("time from the start of the forward (ms)")
+        ax.set_xlabel("phase medians, each timed alone, end to end (ms)")
         ax.set_title(f"{size['rows']} x {size['vocab']} {size['dtype']}", fontsize=10)
     handles = [plt.Rectangle((0, 0), 1, 1, color=COLOURS[name]) for name, _ in PHASES]
     fig.legend(handles, [f"{name} ({kind})" for name, kind in PHASES], loc="lower center", ncol=4, fontsize=8)
@@ -76,7 +76,7 @@ def scaling_model(data: dict, size: dict, gpus: tuple[int, ...] = GPUS) -> Scali
 
 def scaling_figure(data: dict):
     """The modelled ms per call against the number of GPUs, losslab and Megatron-style, each size,
-    with the collectives' share dashed; the recorded points marked."""
+    with losslab's all-gather dotted; the recorded points marked."""
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for i, size in enumerate(data["sizes"]):
         colour = plt.cm.tab10(2 * i)

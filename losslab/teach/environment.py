@@ -103,8 +103,8 @@ NOTEBOOKS = (
      "draws the newest record, or the datasheet roofline and the model only"),
     ("04_explorer", "Pick a problem, variants, size and dtype; tables and plots follow.",
      "measures what you pick, caching each result", "filters the recorded results; the cost model at any size"),
-    ("05_your_turn", f"{len(EXERCISES)} graded exercises ({', '.join(e.title.lower() for e in EXERCISES)}); "
-     "your own variant.",
+    ("05_your_turn", f"{len(EXERCISES)} graded exercises, one idea of a rung each (the first two losses' here, "
+     "the other losses' with their ladders in 10_loss_family); your own variant.",
      "compiles, reads the SASS and checks your kernel: green when done",
      "compiles your kernel and reads its SASS; the checks need a GPU"),
     ("06_pitfalls", "Classic mistakes, each caught by the checker with its measured error.",

@@ -4,8 +4,9 @@
 is now, reads its machine code, runs it on the CPU simulator (and on a GPU where there is one) and says what
 is wrong. An exercise is a CUDA file under ``exercises/<problem>/`` that compiles but fails until its
 ``FILL ME IN`` is done; its solution is under ``exercises/solutions/<problem>/``; both define a custom
-variant's launchers (``losslab.teach.custom``). Ten, one idea of a rung each: coalesce, warp_shuffle,
-vectorize, fused (kl_div); logsumexp_tree, warp_max, online_softmax, vectorize_logits, fused_softmax, cluster.
+variant's launchers (``losslab.teach.custom``). One idea of a rung each: coalesce, warp_shuffle, vectorize,
+fused (kl_div); logsumexp_tree, warp_max, online_softmax, vectorize_logits, fused_softmax, cluster
+(cross_entropy); then one a rung above naive of each later loss, named by idea and loss (mse_block_sum...).
 One module: the table of exercises, their machine-code checks and the grade that reads them change together.
 """
 from __future__ import annotations
@@ -13,14 +14,22 @@ from __future__ import annotations
 import html
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
 
 from losslab import build
 from losslab.present.html import Html
-from losslab.problems import cross_entropy, kl_div
+from losslab.problems import (
+    cosine_similarity_loss,
+    cross_entropy,
+    hinge_loss,
+    kl_div,
+    mse_loss,
+    smooth_l1_loss,
+    triplet_margin_loss,
+)
 from losslab.teach import custom, isolated
 from losslab.teach.custom.evaluation import CHECK_TIMEOUT_S
 from losslab.teach.simulator.diagnose import EMPTY
@@ -86,6 +95,19 @@ SHUFFLE = SassCheck(
     notes=(("SHFL.DOWN", "SHFL.DOWN (__shfl_down_sync) is fine here: only lane 0's result is used, and a shift "
                          "down leaves lane 0 complete; SHFL.BFLY (__shfl_xor_sync) leaves the sum in every lane, "
                          "which a caller that needs it everywhere (a max used by all lanes) requires"),))
+STRIDED_LOADS = SassCheck(
+    "loads a block's width apart (LDG offsets in multiples of 0x400)",
+    "the compiler unrolls the row loop; the immediate offsets of its loads are the distance from one iteration's "
+    "element to the next for one thread: 256 floats (0x400 bytes) when a thread steps over the block's other "
+    "threads, 4 bytes when it walks its own run of consecutive floats (uncoalesced across lanes)", test=_strided_loads,
+    fix="each thread walks its own run of consecutive elements, so at each step the lanes of a warp read addresses "
+        "far apart (uncoalesced, 32 cache lines a load): thread k must start at element k and step by THREADS")
+TREE_BARRIERS = SassCheck("more barriers (BAR.SYNC) than the skeleton", "one barrier a step of the tree: a thread "
+                          "reads slots other threads wrote", any_of=("BAR.SYNC",), more=True,
+                          fix="a __syncthreads() after each step of the tree")
+FLOAT4_LOADS = SassCheck("16-byte loads (LDG.E.128)", "one instruction moves four floats", any_of=("LDG.E.128",),
+                         fix="read the packs through float4 loads (load_float4, or a float4 pointer): 4-byte loads "
+                             "of the same addresses move a quarter of the bytes an instruction")
 
 
 def _cluster_source_check(source: str) -> list[str]:
@@ -137,26 +159,25 @@ class Exercise:
 
 
 KL_DIV, CROSS_ENTROPY = kl_div.PROBLEM.name, cross_entropy.PROBLEM.name  # the losses of the exercises
+MSE_LOSS, HINGE_LOSS, SMOOTH_L1_LOSS = mse_loss.PROBLEM.name, hinge_loss.PROBLEM.name, smooth_l1_loss.PROBLEM.name
+COSINE, TRIPLET = cosine_similarity_loss.PROBLEM.name, triplet_margin_loss.PROBLEM.name
+# the tasks that several losses' exercises share, word for word
+WARP_SUM_TASK = ("Write warp_sum: the sum of `value` over the 32 lanes of the warp, exchanged through registers "
+                 "(no shared memory, no barrier). block_sum uses lane 0's result.")
+COALESCE_TASK = ("One block per row: the block's threads must share the row so that, at each step of the loop, "
+                 "the 32 lanes of a warp read 32 consecutive floats, and every element is added exactly once.")
 EXERCISES = (
     Exercise("coalesce", KL_DIV, "shared_memory", "Coalesce the row loop",
              "One block per row: the block's threads must share the row so that, at each step of the loop, "
              "the 32 lanes of a warp read 32 consecutive floats (one 128-byte line), and every element is "
              "added exactly once.", 10,
-             (SassCheck("loads a block's width apart (LDG offsets in multiples of 0x400)",
-                        "the compiler unrolls the row loop; the immediate offsets of its loads are the distance "
-                        "from one iteration's element to the next for one thread: 256 floats (0x400 bytes) when "
-                        "a thread steps over the block's other threads, 4 bytes when it walks its own run of "
-                        "consecutive floats (uncoalesced across lanes)", test=_strided_loads,
-                        fix="each thread walks its own run of consecutive elements, so at each step the lanes of a "
-                            "warp read addresses far apart (uncoalesced, 32 cache lines a load): thread k must "
-                            "start at element k and step by THREADS"),)),
+             (STRIDED_LOADS,)),
     Exercise("warp_shuffle", KL_DIV, "warp_shuffle", "Sum a warp with shuffles",
-             "Write warp_sum: the sum of `value` over the 32 lanes of the warp, exchanged through registers "
-             "(no shared memory, no barrier). block_sum uses lane 0's result.", 15, (SHUFFLE,)),
+             WARP_SUM_TASK, 15, (SHUFFLE,)),
     Exercise("vectorize", KL_DIV, "vectorized", "Vectorize the loads, with head and tail",
              "Read the aligned middle of each row with 16-byte float4 loads and every other element exactly "
              "once, on any width and any alignment of the row.", 20,
-             (SassCheck("16-byte loads (LDG.E.128)", "one instruction moves four floats", any_of=("LDG.E.128",)),)),
+             (FLOAT4_LOADS,)),
     Exercise("online_softmax", CROSS_ENTROPY, "warp_shuffle", "Combine two online-softmax states",
              "Write combine: the (max, sum) state of the union of two parts of a row, from each part's "
              "(max, sum of exp(x - max)), exact for any logits (1e4 included) and for an empty part "
@@ -171,9 +192,7 @@ EXERCISES = (
     Exercise("logsumexp_tree", CROSS_ENTROPY, "shared_memory", "Merge a block's (max, sum) with a tree",
              "Write the tree in shared memory: at each step the first `stride` threads merge the state `stride` "
              "slots further into their own, a barrier between steps, until slot 0 holds the block's.", 15,
-             (SassCheck("more barriers (BAR.SYNC) than the skeleton", "one barrier a step of the tree: a thread "
-                        "reads slots other threads wrote", any_of=("BAR.SYNC",), more=True,
-                        fix="a __syncthreads() after each step of the tree"),)),
+             (TREE_BARRIERS,)),
     Exercise("warp_max", CROSS_ENTROPY, "warp_shuffle", "The warp's max in every lane",
              "Write warp_max: the largest value of the warp's 32 lanes, in every lane (each lane rescales its own "
              "sum by it), through shuffles.", 10,
@@ -184,8 +203,8 @@ EXERCISES = (
     Exercise("vectorize_logits", CROSS_ENTROPY, "vectorized", "Read the logits as float4s",
              "After the scalar head, read the row's aligned middle with 16-byte float4 loads and the rest "
              "with scalar ones, every logit exactly once.", 15,
-             (SassCheck("16-byte loads (LDG.E.128)", "one instruction moves four floats", any_of=("LDG.E.128",),
-                        more=True, fix="read the packs through a float4 pointer: x + head, reinterpreted"),)),
+             (replace(FLOAT4_LOADS, more=True, fix="read the packs through a float4 pointer: x + head, "
+                                                       "reinterpreted"),)),
     Exercise("fused_softmax", CROSS_ENTROPY, "fused", "Write cross_entropy's gradient in the forward",
              "While the forward has the row's max and log-sum, write dL/dx = (softmax - onehot) / n_valid for "
              "grad_loss = 1, so the backward only scales it.", 10, fused=True),
@@ -193,6 +212,70 @@ EXERCISES = (
              "Publish each CTA's (max, sum) in its shared memory and read the other CTA's through "
              "map_shared_rank, with the cluster's barriers (graded on an sm_90 GPU only).", 15,
              cpu_check=_cluster_source_check),
+    Exercise("mse_block_sum", MSE_LOSS, "shared_memory", "Add a block's sums with a tree",
+             "Write block_sum's tree in shared memory: at each step the first `stride` threads add the slot "
+             "`stride` further into their own, a barrier between steps, until partial[0] holds the block's sum.",
+             10, (TREE_BARRIERS,)),
+    Exercise("mse_warp_sum", MSE_LOSS, "warp_shuffle", "Sum a warp with shuffles",
+             WARP_SUM_TASK, 10, (SHUFFLE,)),
+    Exercise("mse_vectorize", MSE_LOSS, "vectorized", "Read the row as float4s, with a tail",
+             "After the scalar head, read the row's aligned middle with 16-byte float4 loads and the rest with "
+             "scalar ones, every element exactly once, on any width and any alignment of the row.", 15,
+             (FLOAT4_LOADS,)),
+    Exercise("mse_fused", MSE_LOSS, "fused", f"Write {MSE_LOSS}'s gradient in the forward",
+             "While the forward reads p and t for the loss, write dL/dp = 2 (p - t) / (B D) for grad_loss = 1 "
+             "into grad_predictions, so the backward only scales it by grad_loss.", 10, fused=True),
+    Exercise("hinge_coalesce", HINGE_LOSS, "shared_memory", "Coalesce the row loop, rows in turn",
+             "Block b takes rows b, b + gridDim.x, ...; its threads share each row so that, at each step, the 32 "
+             "lanes of a warp read 32 consecutive floats, every element added exactly once.", 10, (STRIDED_LOADS,)),
+    Exercise("hinge_warp_partials", HINGE_LOSS, "warp_shuffle", "A block's sum from its warps' sums",
+             "Write block_sum with warp_sum: each warp's sum in one shared slot, one barrier, then the first warp "
+             "sums the slots.", 10, (SHUFFLE,)),
+    Exercise("hinge_vectorize", HINGE_LOSS, "vectorized", "Float4 column tiles, the targets in registers",
+             "Read a tile's four targets once as a float4 and keep them for all the block's rows; read each row's "
+             "four predictions as one float4, UNROLL rows in flight, every element exactly once.", 20,
+             (FLOAT4_LOADS,)),
+    Exercise("hinge_fused", HINGE_LOSS, "fused", f"Write {HINGE_LOSS}'s gradient in the forward",
+             "While the forward holds a tile's predictions and targets, write dL/dp for grad_loss = 1 into "
+             "grad_predictions, so the backward only scales it by grad_loss.", 10, fused=True),
+    Exercise("smooth_l1_coalesce", SMOOTH_L1_LOSS, "shared_memory", "Coalesce the row loop",
+             COALESCE_TASK, 10,
+             (STRIDED_LOADS,)),
+    Exercise("smooth_l1_warp_sum", SMOOTH_L1_LOSS, "warp_shuffle", "Sum a warp with shuffles",
+             WARP_SUM_TASK, 10, (SHUFFLE,)),
+    Exercise("smooth_l1_vectorize", SMOOTH_L1_LOSS, "vectorized", "Read the row as float4s, with a tail",
+             "After the scalar head, read the row's aligned middle with 16-byte float4 loads and the rest with "
+             "scalar ones, every element exactly once, on any width and any alignment of the row.", 15,
+             (FLOAT4_LOADS,)),
+    Exercise("smooth_l1_fused", SMOOTH_L1_LOSS, "fused", f"Write {SMOOTH_L1_LOSS}'s gradient in the forward",
+             "While the forward reads p and t for the loss, write dL/dp = clamp(p - t, -1, 1) / (B D) for "
+             "grad_loss = 1 into grad_predictions, so the backward only scales it by grad_loss.", 10, fused=True),
+    Exercise("cosine_block_dots", COSINE, "shared_memory", "Three dot products through one tree",
+             "Write block_dots' tree in shared memory: at each step the first `stride` threads add the three slots "
+             "`stride` further into their own, a barrier between steps, until tree[k][0] holds the block's sum k.",
+             15, (TREE_BARRIERS,)),
+    Exercise("cosine_warp_dots", COSINE, "warp_shuffle", "Three dot products through shuffles",
+             "In block_dots, sum each of the warp's three values (p.t, p.p, t.t) over its 32 lanes through "
+             "registers, before the slots and the one barrier.", 10, (SHUFFLE,)),
+    Exercise("cosine_vectorize", COSINE, "vectorized", "Read the rows as float4s, with head and tail",
+             "Pass every element of the row to add() exactly once: the head and the tail one float at a time, "
+             "the packs as float4s.", 15, (FLOAT4_LOADS,)),
+    Exercise("cosine_fused", COSINE, "fused", f"Write {COSINE}'s gradient in the forward",
+             "Once every thread has the row's three sums, write the row's dL/dp for grad_loss = 1 from the row "
+             "just read, so the backward only scales it by grad_loss.", 10, fused=True),
+    Exercise("triplet_block_squares", TRIPLET, "shared_memory", "Two squared distances through one tree",
+             "Write block_squares' tree in shared memory: at each step the first `stride` threads add both slots "
+             "`stride` further into their own, a barrier between steps, until slot 0 holds the block's sums.", 15,
+             (TREE_BARRIERS,)),
+    Exercise("triplet_warp_squares", TRIPLET, "warp_shuffle", "Two squared distances through shuffles",
+             "In block_squares, sum each of the warp's two values (s.ap, s.an) over its 32 lanes through registers, "
+             "before the slots and the one barrier.", 10, (SHUFFLE,)),
+    Exercise("triplet_vectorize", TRIPLET, "vectorized", "Read the rows as float4s",
+             "On a row that starts on a 16-byte boundary, share the D / 4 packs among the block's threads and read "
+             "each through 16-byte loads, every element exactly once.", 10, (FLOAT4_LOADS,)),
+    Exercise("triplet_fused", TRIPLET, "fused", f"Write {TRIPLET}'s gradient in the forward",
+             "Once every thread has the row's two sums, give the gradient loops the coefficients of dL/da for "
+             "grad_loss = 1, so the backward only scales it by grad_loss.", 10, fused=True),
 )
 
 

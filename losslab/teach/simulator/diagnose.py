@@ -9,7 +9,7 @@ One module: every message reads the same outcome and references, and the most sp
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +39,11 @@ class ExerciseText:
     wrong_max: str = "the max of a union is the larger of the two maxes"
     wrong_sum: str = ("each part's sum counts exp(x - its own max); before adding, rescale each by exp(its max - "
                       "the combined max)")
+    # a fused gradient's divisor as the loss names it ("B D": the mean over every element), and its inverse as
+    # the source holds it
+    mean: tuple[str, str] = ("B", "1/B (inv_B)")
+    derivative: str = "d/dp of -t log p is -t / p"  # a fused gradient's formula
+    wrong_loss: str = ""  # what to check when only the loss says something is wrong (no probes, no extra outputs)
 
 
 EXERCISES = {
@@ -68,6 +73,53 @@ EXERCISES = {
                    "max: __shfl_down_sync leaves it in lane 0 only (the other lanes hold partial maxes); "
                    "__shfl_xor_sync (a butterfly) gives it to all 32")),
     "fused": ExerciseText(case_lib.KL_DIV, special="fused"),
+}
+_ELEMENTWISE_MEAN = ("B D", "1/(B D) (inv_n)")
+EXERCISES |= {
+    "mse_block_sum": ExerciseText(
+        case_lib.MSE_LOSS, one_lane="(block_sum returns thread 0's own slot: the tree must add the others into "
+                                    "partial[0])"),
+    "mse_warp_sum": replace(EXERCISES["warp_shuffle"], problem=case_lib.MSE_LOSS),
+    "mse_vectorize": ExerciseText(case_lib.MSE_LOSS, row_parts=True),
+    "mse_fused": ExerciseText(case_lib.MSE_LOSS, special="fused", mean=_ELEMENTWISE_MEAN,
+                              derivative="d/dp of (p - t)^2 is 2 (p - t)"),
+    "hinge_coalesce": ExerciseText(case_lib.HINGE_LOSS, zero="no element is added (the loops over the rows are "
+                                                             "missing)"),
+    "hinge_warp_partials": ExerciseText(case_lib.HINGE_LOSS),
+    "hinge_vectorize": ExerciseText(case_lib.HINGE_LOSS, zero="no element is added (the tile's rows are never "
+                                                              "read)"),
+    "hinge_fused": ExerciseText(case_lib.HINGE_LOSS, special="fused", mean=_ELEMENTWISE_MEAN,
+                                derivative="d/dp of max(1 - p t, 0) is -t where 1 - p t > 0, 0 elsewhere"),
+    "smooth_l1_coalesce": replace(EXERCISES["coalesce"], problem=case_lib.SMOOTH_L1_LOSS),
+    "smooth_l1_warp_sum": replace(EXERCISES["warp_shuffle"], problem=case_lib.SMOOTH_L1_LOSS),
+    "smooth_l1_vectorize": ExerciseText(case_lib.SMOOTH_L1_LOSS, row_parts=True),
+    "smooth_l1_fused": ExerciseText(case_lib.SMOOTH_L1_LOSS, special="fused", mean=_ELEMENTWISE_MEAN,
+                                    derivative="d/dp of smooth_l1(p - t) is clamp(p - t, -1, 1) (beta = 1): "
+                                               "smooth_l1_grad"),
+    "cosine_block_dots": ExerciseText(
+        case_lib.COSINE, special="dots",
+        wrong_sum=("tree[k][0] must end with the block's sum k, for each of the three: at each step (stride "
+                   "THREADS / 2 down to 1) the first `stride` threads add the slots `stride` further into their own")),
+    "cosine_warp_dots": ExerciseText(
+        case_lib.COSINE, special="dots",
+        wrong_sum=("lane 0 of each warp must end with its warp's 32 lanes' sums, for each of the three: a shuffle "
+                   "result added at offsets 16, 8, 4, 2 and 1")),
+    "cosine_vectorize": ExerciseText(
+        case_lib.COSINE, special="dots",
+        wrong_sum="every element of the row must reach add() exactly once: head, float4 packs and tail"),
+    "cosine_fused": ExerciseText(case_lib.COSINE, special="fused", mean=("B", "1/B: row_cosine's scale is -1/B"),
+                                 derivative="dL/dp = -(1/B) dcos/dp: row_cosine's scale is -1/B"),
+    "triplet_block_squares": ExerciseText(
+        case_lib.TRIPLET, wrong_loss=("slot 0 must end with the block's sums of both: at each step (stride THREADS / 2 "
+                                      "down to 1) the first `stride` threads add both slots `stride` further on")),
+    "triplet_warp_squares": ExerciseText(
+        case_lib.TRIPLET, wrong_loss=("lane 0 of each warp must end with its warp's 32 lanes' sums, of s.ap and of "
+                                      "s.an: a shuffle result added at offsets 16, 8, 4, 2 and 1")),
+    "triplet_vectorize": ExerciseText(
+        case_lib.TRIPLET, wrong_loss=("every element of a packed row must reach add_squares exactly once: thread k "
+                                      "takes packs k, k + THREADS, ... of the D / 4")),
+    "triplet_fused": ExerciseText(case_lib.TRIPLET, special="fused", mean=("N", "1/N (triplet_coefficients' scale)"),
+                                  derivative="dL/da = (1/N) d(row's loss)/da: triplet_coefficients' scale is 1/N"),
 }
 PROBLEM_OF = {key: text.problem for key, text in EXERCISES.items()}
 RTOL, ATOL = 1e-4, 1e-5
@@ -158,10 +210,11 @@ def _wrong(result: run_lib.CaseResult, reference) -> bool:
     return not (_close([result.loss], reference["loss"]) and _close(result.rows, reference["rows"]))
 
 
-def _weights(result: run_lib.CaseResult) -> np.ndarray | None:
+def _weights(result: run_lib.CaseResult, reference) -> np.ndarray | None:
+    """A probe's weights: each row's sum over the reference's (the hot element's term, 1 for kl_div)."""
     if not result.finished:
         return None
-    return np.round(result.rows.astype(np.float64), 2)
+    return np.round(result.rows.astype(np.float64) / reference["rows"], 2)
 
 
 def _lane_message(weights: dict[int, float], text: ExerciseText) -> str | None:
@@ -188,12 +241,12 @@ def _lane_message(weights: dict[int, float], text: ExerciseText) -> str | None:
     return None
 
 
-def _probe_messages(outcome: run_lib.Outcome, text: ExerciseText, block_threads: int) -> list[str]:
+def _probe_messages(outcome: run_lib.Outcome, references, text: ExerciseText, block_threads: int) -> list[str]:
     messages = []
     all_zero = all(r.loss == 0 for r in outcome.results if r.case.kind == "standard" and r.finished)
-    for result in outcome.results:
+    for result, reference in zip(outcome.results, references, strict=True):
         case = result.case
-        w = _weights(result)
+        w = _weights(result, reference) if case.kind == "probe" else None
         if case.kind != "probe" or w is None or np.all(w == 1):
             continue
         by_position = dict(zip(case.positions, w, strict=True))
@@ -306,11 +359,14 @@ def _value_messages(outcome, references, exercise: ExerciseText, source, problem
              _second_stage_message(wrong))
     messages = [m for m in found if m]
     if not any(found[:2]):  # with a NaN or a race the probes' weights are noise: they would mislead
-        probes = _probe_messages(outcome, exercise, block_threads)
+        probes = _probe_messages(outcome, references, exercise, block_threads)
         messages += [m for m in probes if not messages or "whole row" not in m]
+    if not messages and all(r.loss == 0 for r, _ in wrong) and len(wrong) > 1:  # no probes to say it (hinge_loss)
+        messages.append(f"the loss is 0 for every input: {exercise.zero}")
     if not messages:
         r, ref = wrong[0]
-        messages.append(f"wrong loss on {r.case.name}: {r.loss:.6g} instead of {ref['loss'][0]:.6g}")
+        messages.append(f"wrong loss on {r.case.name}: {r.loss:.6g} instead of {ref['loss'][0]:.6g}"
+                        + (f": {exercise.wrong_loss}" if exercise.wrong_loss else ""))
     return messages
 
 
@@ -398,12 +454,15 @@ def _fused_messages(outcome: run_lib.Outcome, references, text: ExerciseText) ->
         ratios = got[mask] / want[mask]
         if ratios.size and np.allclose(ratios, ratios[0], rtol=1e-3):
             factor = float(ratios[0])
-            if abs(factor / r.case.B - 1) < 1e-3 and r.case.B > 1:
-                return [f"the gradient is B = {r.case.B} times too large on {r.case.name}: L is the sum divided "
-                        f"by B, so dL/dp carries the 1/B (inv_B)"]
+            divisor, inverse = text.mean
+            n = r.case.B * (r.case.D if divisor == "B D" else 1)
+            if abs(factor / n - 1) < 1e-3 and n > 1:
+                return [f"the gradient is {divisor} = {n} times too large on {r.case.name}: L is the sum divided "
+                        f"by {divisor}, so dL/dp carries the {inverse}"]
             if abs(factor + 1) < 1e-3:
-                return [f"the gradient has the wrong sign on {r.case.name}: d/dp of -t log p is -t / p"]
-            return [f"the gradient is {factor:.4g} times the reference on {r.case.name}: a wrong factor"]
+                return [f"the gradient has the wrong sign on {r.case.name}: {text.derivative}"]
+            return [f"the gradient is {factor:.4g} times the reference on {r.case.name}: a wrong factor "
+                    f"({text.derivative})"]
     return []
 
 
@@ -433,8 +492,41 @@ def _fused_softmax_messages(outcome: run_lib.Outcome, references, text: Exercise
     return []
 
 
+_PARTS = ("the head (before the first 16-byte boundary)", "the float4 packs", "the scalar tail")
+
+
+def _dots_messages(outcome: run_lib.Outcome, references, text: ExerciseText) -> list[str]:
+    """cosine_similarity_loss's three sums a row (row_dots: the loss alone cannot tell, cos is the same for sums
+    all k times too large): a part of the row (head, packs, tail) missing or added by every thread, else the
+    first wrong sum."""
+    launches = [x for x in outcome.launches if x["kernel"] != "sum_partials_kernel"]
+    threads = int(np.prod(launches[0]["block"])) if launches else 0
+    for r in outcome.results:
+        got = r.extra.get("row_dots")
+        if not r.finished or got is None:
+            continue
+        p, t = r.case.predictions.astype(np.float64), r.case.targets.astype(np.float64)
+        want = np.concatenate([(p * t).sum(axis=1), (p * p).sum(axis=1), (t * t).sum(axis=1)])
+        got = got.astype(np.float64)
+        if _close(got, want):
+            continue
+        pp_error = got[r.case.B:2 * r.case.B] - want[r.case.B:2 * r.case.B]
+        roles = case_lib.row_roles(r.case)
+        for role, name in enumerate(_PARTS):
+            part = np.where(roles == role, p * p, 0.0).sum(axis=1)
+            if np.any(part > 1e-3) and np.allclose(pp_error, -part, rtol=1e-3, atol=1e-3):
+                return [f"the elements in {name} never reach the sums on {r.case.name}"]
+            if np.any(part > 1e-3) and np.allclose(pp_error, (threads - 1) * part, rtol=1e-3, atol=1e-3):
+                return [f"the elements in {name} are added by every thread ({threads} times each) on {r.case.name}: "
+                        f"share them like warp_shuffle's loop (start at threadIdx.x, step THREADS)"]
+        bad = int(np.argmax(~np.isclose(got, want, rtol=RTOL, atol=ATOL)))
+        return [f"the row's {('p.t', 'p.p', 't.t')[bad // r.case.B]} is wrong on {r.case.name} (row {bad % r.case.B}: "
+                f"{got[bad]:.6g} instead of {want[bad]:.6g}): {text.wrong_sum}"]
+    return []
+
+
 _SPECIAL = {"online_softmax": _online_softmax_messages, "fused": _fused_messages,
-            "logit_parts": _logit_parts_messages, "fused_softmax": _fused_softmax_messages}
+            "logit_parts": _logit_parts_messages, "fused_softmax": _fused_softmax_messages, "dots": _dots_messages}
 
 
 def _notes(text: ExerciseText, source: str) -> list[str]:
