@@ -10,7 +10,9 @@ shapes), bf16/fp16 within their tolerances, opcheck, no host wait, and a
 torch.compile(fullgraph=True) training step captured in a CUDA graph; the canonical case on
 the cluster rung's kernels (against float64 and bitwise against losslab.variant's cluster, long
 rows, non-contiguous, NaN cases, compiled, captured, the kernels it runs) and as fast as the
-rung at 8192 x 32768 bfloat16.
+rung at 8192 x 32768 bfloat16; kl_div's ``log_input=False`` (probabilities) on the fused rung for
+the ladder's problem (bitwise, its kernels, compiled) and as fast as it at 2048 x 131072 bfloat16,
+on the options kernels after ``torch.log`` otherwise.
 """
 import inspect
 import statistics
@@ -102,15 +104,21 @@ def test_modules_have_pytorchs_constructors(ours, theirs):
     def params(cls):
         return [(p.name, p.default) for p in inspect.signature(cls).parameters.values()]
 
-    assert params(ours) == params(theirs)
+    assert params(ours)[:len(params(theirs))] == params(theirs)
+    assert params(ours)[len(params(theirs)):] == LOSSLAB_PARAMETERS.get(ours.__name__, [])
     module = ours()
     assert module.reduction == theirs().reduction
+
+
+# losslab's parameters after PyTorch's, with defaults that keep PyTorch's behaviour
+LOSSLAB_PARAMETERS = {"KLDivLoss": [("log_input", True)], "kl_div": [("log_input", True)]}
 
 
 def test_functions_have_pytorchs_parameters():
     for ours, theirs in ((LF.cross_entropy, F.cross_entropy), (LF.kl_div, F.kl_div)):
         names = [(p.name, p.default) for p in inspect.signature(ours).parameters.values()]
-        assert names == [(p.name, p.default) for p in inspect.signature(theirs).parameters.values()]
+        pytorchs = [(p.name, p.default) for p in inspect.signature(theirs).parameters.values()]
+        assert names == pytorchs + LOSSLAB_PARAMETERS.get(ours.__name__, [])
 
 
 # --- cpu tier: which calls take the canonical path -----------------------------------------------------
@@ -220,6 +228,48 @@ def test_the_canonical_path_gets_the_callers_tensors_and_which_forward(dispatche
     assert [path for path, _ in dispatched] == ["canonical"] * 4
     assert [args[:2] for _, args in dispatched] == [(False, False), (True, True), (False, False), (False, True)]
     assert dispatched[0][1][2] is X and dispatched[1][1][2] is leaf and all(args[3] is T for _, args in dispatched)
+
+
+P = X.softmax(-1)
+KL_DISPATCH = {
+    # name: (a call of kl_div or KLDivLoss on CPU tensors, the path it takes, what that path gets as input)
+    "probabilities, batchmean": (lambda: LF.kl_div(P, P, reduction="batchmean", log_input=False), "canonical", "P"),
+    "bfloat16 probabilities": (lambda: LF.kl_div(P.bfloat16(), P, reduction="batchmean", log_input=False),
+                               "canonical", "P"),
+    "module, probabilities": (lambda: lnn.KLDivLoss(reduction="batchmean", log_input=False)(P, P), "canonical", "P"),
+    "probabilities, a broadcast target": (lambda: LF.kl_div(P, P[:1], reduction="batchmean", log_input=False),
+                                          "canonical", "P"),
+    "log-probabilities (PyTorch's default)": (lambda: LF.kl_div(P.log(), P, reduction="batchmean"), "options",
+                                              "log P"),
+    "probabilities, sum": (lambda: LF.kl_div(P, P, reduction="sum", log_input=False), "options", "log P"),
+    "probabilities, none": (lambda: LF.kl_div(P, P, reduction="none", log_input=False), "options", "log P"),
+    "probabilities, log_target": (lambda: LF.kl_div(P, P.log(), reduction="batchmean", log_target=True,
+                                                    log_input=False), "options", "log P"),
+    "probabilities, 3-D": (lambda: LF.kl_div(P[None], P[None], reduction="batchmean", log_input=False), "options",
+                           "log P"),
+}
+
+
+@pytest.mark.parametrize("case", KL_DISPATCH)
+def test_kl_div_takes_the_fused_rung_only_for_the_ladders_problem(monkeypatch, case):
+    """The fused rung gets the caller's probabilities; other probabilities reach the options
+    kernels as their log (F.kl_div's input), log-probabilities as they are."""
+    calls = []
+    monkeypatch.setattr(LF, "_require_cuda", lambda *named: None)
+    monkeypatch.setattr(O, "kl_div_canonical", lambda *args: calls.append(("canonical", args)) or torch.zeros(()))
+    monkeypatch.setattr(O, "kl_div", lambda *args: calls.append(("options", args)) or torch.zeros(()))
+    call, path, gets = KL_DISPATCH[case]
+    call()
+    assert [p for p, _ in calls] == [path]
+    given = calls[0][1][2]
+    probabilities = P.to(given.dtype).expand_as(given)
+    assert torch.equal(given, probabilities if gets == "P" else probabilities.log())
+
+
+def test_the_canonical_kl_div_runs_the_fused_rung():
+    assert O.KL_CANONICAL is losslab.ops.OPS[("kl_div", "fused")]
+    assert O.KL_CANONICAL.writes_grad and O.KL_CANONICAL.rung.inference == "vectorized"
+    assert O.KL_CANONICAL.forward_grad.name() == "losslab::kl_div_fused_forward_grad"
 
 
 def test_the_canonical_path_runs_the_cluster_rung():
@@ -432,12 +482,16 @@ KL_SHAPES = {"37 x 1001": (37, 1001), "(5, 13, 7, 3)": (5, 13, 7, 3), "1-D": (10
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("log_input", [True, False], ids=["log-probabilities", "probabilities"])
 @pytest.mark.parametrize("fused", [True, False], ids=["fused", "vectorized"])
 @pytest.mark.parametrize("log_target", [False, True])
 @pytest.mark.parametrize("reduction", list(kl_host.REDUCTIONS))
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("shape", KL_SHAPES)
-def test_kl_div_matches_pytorch_in_float64(monkeypatch, shape, dtype, reduction, log_target, fused):
+def test_kl_div_matches_pytorch_in_float64(monkeypatch, shape, dtype, reduction, log_target, fused, log_input):
+    """Every option against F.kl_div in float64; ``log_input=False`` against
+    ``F.kl_div(torch.log(p), t)`` on the same probabilities (the fused rung for batchmean (N, D)
+    rows without log_target, the options kernels on their log otherwise)."""
     monkeypatch.setattr(LF, "PREFER_FUSED", fused)
     gen = torch.Generator(device="cuda").manual_seed(1)
     dims = KL_SHAPES[shape]
@@ -447,13 +501,14 @@ def test_kl_div_matches_pytorch_in_float64(monkeypatch, shape, dtype, reduction,
         t.view(-1)[::7] = 0.0  # xlogy(0, 0) = 0
     if log_target:
         t = t.clamp_min(1e-30).log() if dims else t.log()
-    x, t = x.to(dtype), t.to(dtype)
+    x, t = (x if log_input else x.exp()).to(dtype), t.to(dtype)
     ref_x = x.double().requires_grad_(True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        ref = F.kl_div(ref_x, t.double(), reduction=reduction, log_target=log_target)
+        ref = F.kl_div(ref_x if log_input else torch.log(ref_x), t.double(), reduction=reduction,
+                       log_target=log_target)
         ours_x = x.clone().requires_grad_(True)
-        loss = LF.kl_div(ours_x, t, reduction=reduction, log_target=log_target)
+        loss = LF.kl_div(ours_x, t, reduction=reduction, log_target=log_target, log_input=log_input)
     upstream = torch.randn_like(ref) if reduction == "none" else torch.tensor(0.75, device="cuda", dtype=ref.dtype)
     ref.backward(upstream)
     loss.backward(upstream.to(dtype))
@@ -841,21 +896,37 @@ def test_canonical_training_step_captures_in_a_cuda_graph(shape, compiled):
         assert _relative_error(leaf.grad, ref_x.grad) <= 1e-5
 
 
+def _kl_canonical_inputs(dims, dtype, seed=0):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    p, t = (torch.randn(dims, generator=gen, device="cuda").softmax(-1).to(dtype) for _ in range(2))
+    return p, t
+
+
+# name: (the public call, the rung it runs, its inputs); the sizes of the sweep where the gap was largest
+AS_FAST_CASES = {
+    "cross_entropy": (lambda x, t: LF.cross_entropy(x, t), ("cross_entropy", "cluster"),
+                      lambda: _canonical_inputs((8192, 32768), torch.bfloat16)),
+    "kl_div": (lambda p, t: LF.kl_div(p, t, reduction="batchmean", log_input=False), ("kl_div", "fused"),
+               lambda: _kl_canonical_inputs((2048, 131072), torch.bfloat16)),
+}
+
+
 @pytest.mark.gpu
-def test_canonical_call_is_as_fast_as_the_cluster_rung(capsys):
-    """At 8192 x 32768 bfloat16 the public function's forward (inference) and forward+backward
-    medians (CUDA events, L2 flushed) are within max(3 %, 1 us) of losslab.variant's cluster,
-    timed interleaved in this process (rounds alternate which goes first)."""
-    dtype = torch.bfloat16
-    x, t = _canonical_inputs((8192, 32768), dtype)
+@pytest.mark.parametrize("case", AS_FAST_CASES)
+def test_canonical_call_is_as_fast_as_its_rung(case, capsys):
+    """The public function's forward (inference) and forward+backward medians (CUDA events, L2
+    flushed) are within max(3 %, 1 us) of losslab.variant's rung it runs, timed interleaved in
+    this process (rounds alternate which goes first)."""
+    public, (problem, rung_name), make_inputs = AS_FAST_CASES[case]
+    x, t = make_inputs()
     leaf = x.clone().requires_grad_(True)
-    one = torch.ones((), device="cuda", dtype=dtype)
-    rung = losslab.variant("cross_entropy", "cluster")
+    one = torch.ones((), device="cuda", dtype=x.dtype)
+    rung = losslab.variant(problem, rung_name)
     calls = {
-        "forward": {"LF.cross_entropy": lambda: LF.cross_entropy(x, t), "cluster": lambda: rung(x, t)},
+        "forward": {"public": lambda: public(x, t), rung_name: lambda: rung(x, t)},
         "forward+backward": {
-            "LF.cross_entropy": lambda: torch.autograd.grad(LF.cross_entropy(leaf, t), leaf, one),
-            "cluster": lambda: torch.autograd.grad(rung(leaf, t), leaf, one)},
+            "public": lambda: torch.autograd.grad(public(leaf, t), leaf, one),
+            rung_name: lambda: torch.autograd.grad(rung(leaf, t), leaf, one)},
     }
     flush = flush_buffer()
     medians = {(direction, name): [] for direction, pair in calls.items() for name in pair}
@@ -865,12 +936,43 @@ def test_canonical_call_is_as_fast_as_the_cluster_rung(capsys):
                 timing = time_cuda(fn, repeats=20, warmup_ms=20.0, flush=flush, back_to_back=False)
                 medians[(direction, name)].append(timing.median_ms)
     failures = []
+    size = " x ".join(map(str, x.shape))
     for direction in calls:
-        ours = statistics.median(medians[(direction, "LF.cross_entropy")])
-        theirs = statistics.median(medians[(direction, "cluster")])
+        ours = statistics.median(medians[(direction, "public")])
+        theirs = statistics.median(medians[(direction, rung_name)])
         with capsys.disabled():
-            print(f"\n8192 x 32768 bfloat16 {direction}: LF.cross_entropy {ours * 1e3:.1f} us, "
-                  f"variant('cross_entropy', 'cluster') {theirs * 1e3:.1f} us ({ours / theirs - 1:+.1%})")
+            print(f"\n{size} {str(x.dtype).removeprefix('torch.')} {direction}: LF.{problem} {ours * 1e3:.1f} us, "
+                  f"variant({problem!r}, {rung_name!r}) {theirs * 1e3:.1f} us ({ours / theirs - 1:+.1%})")
         if abs(ours - theirs) > max(0.03 * theirs, 1e-3):
             failures.append(f"{direction}: {ours:.4f} ms against {theirs:.4f} ms")
     assert not failures, failures
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=DTYPE_ID)
+def test_canonical_kl_div_is_the_fused_rung(dtype, gpu_activity):
+    """``log_input=False``, batchmean, (N, D): bitwise the fused rung's loss and gradient (the
+    same kernels: fused's in training, vectorized's forward in inference, never an options
+    kernel), the module too; with PREFER_FUSED off, vectorized's backward; compiled
+    (fullgraph) to the fused rung's operators."""
+    p, t = _kl_canonical_inputs((37, 1001), dtype)
+    leaf, rung_leaf = p.clone().requires_grad_(True), p.clone().requires_grad_(True)
+    loss = LF.kl_div(leaf, t, reduction="batchmean", log_input=False)
+    rung_loss = losslab.variant("kl_div", "fused")(rung_leaf, t)
+    loss.backward()
+    rung_loss.backward()
+    assert loss.dtype == dtype and torch.equal(loss, rung_loss) and torch.equal(leaf.grad, rung_leaf.grad)
+    assert torch.equal(lnn.KLDivLoss(reduction="batchmean", log_input=False)(p, t),
+                       losslab.variant("kl_div", "vectorized")(p, t))
+    training, _ = gpu_activity(lambda: LF.kl_div(leaf, t, reduction="batchmean", log_input=False))
+    inference, _ = gpu_activity(lambda: LF.kl_div(p, t, reduction="batchmean", log_input=False))
+    assert any("kl_div_fused" in k for k in training), training
+    assert any("kl_div_vectorized" in k for k in inference), inference
+    assert not any("options" in k for k in training + inference), (training, inference)
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda a, b: LF.kl_div(a, b, reduction="batchmean", log_input=False), fullgraph=True)
+    compiled_leaf = p.clone().requires_grad_(True)
+    compiled(compiled_leaf, t).backward()
+    ref_p = p.double().requires_grad_(True)
+    F.kl_div(torch.log(ref_p), t.double(), reduction="batchmean").backward()
+    assert _relative_error(compiled_leaf.grad, ref_p.grad) <= _tolerance(dtype, ref_p.grad, 2)

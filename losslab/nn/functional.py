@@ -85,13 +85,17 @@ def _require_no_target_grad(target: torch.Tensor) -> None:
 
 
 def kl_div(input: torch.Tensor, target: torch.Tensor, size_average=None, reduce=None, reduction: str = "mean",
-           log_target: bool = False) -> torch.Tensor:
+           log_target: bool = False, log_input: bool = True) -> torch.Tensor:
     """``F.kl_div``: the KL divergence of ``target`` from the distribution whose
-    LOG-probabilities are ``input`` (unlike the ladder's ``predictions``, which are
-    probabilities).
+    LOG-probabilities are ``input``; with ``log_input=False`` (losslab's, named as
+    ``F.poisson_nll_loss``'s) ``input`` holds the probabilities themselves and the log is
+    taken inside the kernel: ``kl_div(p, t, log_input=False)`` is
+    ``F.kl_div(torch.log(p), t)`` without the pass that writes ``torch.log(p)`` (and the one
+    that reads it back in the backward).
 
     Args:
-        input: log-probabilities, any shape, float32/bfloat16/float16, CUDA.
+        input: log-probabilities (probabilities with ``log_input=False``), any shape,
+            float32/bfloat16/float16, CUDA.
         target: probabilities (log-probabilities with ``log_target``), broadcastable to
             ``input``; cast to its dtype.
         reduction: ``"none"`` (the elementwise terms), ``"sum"``, ``"mean"`` (the sum over
@@ -101,9 +105,24 @@ def kl_div(input: torch.Tensor, target: torch.Tensor, size_average=None, reduce=
     Raises: as F.kl_div (ValueError for an unknown reduction, RuntimeError for shapes that
     do not broadcast or integer tensors), and see the module docstring.
 
-    Which kernels run: ``fused`` (one pass writes the loss and the gradient; the backward only
-    scales it) when a gradient will be needed and the reduction is sum, mean or batchmean;
-    otherwise (inference, reduction none) ``vectorized``'s forward, and its backward.
+    Which kernels run:
+
+    =====================================  =============================================
+    the ladder's problem                   the ``fused`` rung (:mod:`losslab.ops`, its
+    (:func:`kl_canonical_case`:            operators ``losslab::kl_div_fused_*`` when
+    ``log_input=False``, (N, D) rows of    traced): one pass writes the loss and the
+    the target's shape, batchmean, no      gradient when a gradient will be needed (the
+    ``log_target``)                        backward only scales it), else vectorized's
+                                           forward
+    log-probabilities, a gradient will be  the options kernels' ``fused``: one pass
+    needed, reduction sum, mean or         writes the loss and the gradient
+    batchmean
+    otherwise (inference, reduction none)  the options kernels' ``vectorized``: forward,
+                                           and its backward
+    =====================================  =============================================
+
+    Any other ``log_input=False`` call takes ``torch.log(input)`` first (a pass more) and
+    continues as with log-probabilities.
     """
     reduction = _reduction_name(size_average, reduce, reduction)
     if reduction == "mean":
@@ -126,7 +145,18 @@ def kl_div(input: torch.Tensor, target: torch.Tensor, size_average=None, reduce=
     target, input = target.contiguous(), input.contiguous()
     needs_grad = torch.is_grad_enabled() and input.requires_grad
     fused = PREFER_FUSED and reduction != "none" and needs_grad
+    if not log_input:
+        if kl_canonical_case(input, target, reduction, log_target):
+            return operators.kl_div_canonical(fused, needs_grad, input, target)
+        input = torch.log(input)
     return operators.kl_div(fused, needs_grad, input, target, kl_host.REDUCTIONS[reduction], bool(log_target))
+
+
+def kl_canonical_case(input: torch.Tensor, target: torch.Tensor, reduction: str, log_target: bool) -> bool:
+    """Whether a checked :func:`kl_div` call with ``log_input=False`` is the ladder's problem,
+    which the ``fused`` rung computes: (N, D) probabilities ``input`` and ``target`` of one
+    shape, reduction batchmean, no ``log_target``. Reads no tensor's values."""
+    return reduction == "batchmean" and not log_target and input.dim() == 2 and target.shape == input.shape
 
 
 def _ce_shapes(input: torch.Tensor, target: torch.Tensor, probs: bool) -> None:
@@ -287,15 +317,15 @@ def on_problem(problem: str) -> Callable[..., torch.Tensor]:
     """This module's function for ``problem`` called as the problem's reference is, with PyTorch's
     default options: what a user calls, timed in the records beside the rungs (``losslab.variants``).
 
-    ``cross_entropy(logits, targets)``; ``kl_div(torch.log(p), t, reduction="batchmean")``: it takes
-    log-probabilities (as F.kl_div does), so a caller with the problem's probabilities pays for the
-    ``torch.log``, as eager's and Liger's rows do.
+    ``cross_entropy(logits, targets)``; ``kl_div(p, t, reduction="batchmean", log_input=False)``:
+    the problem's probabilities, their log taken in the kernel (eager's and Liger's rows pay for a
+    ``torch.log`` of their own: both take log-probabilities).
 
     Raises:
         ValueError: no function here for ``problem``.
     """
     calls = {ce_host.PROBLEM.name: lambda x, t: cross_entropy(x, t),
-             kl_host.PROBLEM.name: lambda p, t: kl_div(torch.log(p), t, reduction="batchmean"),
+             kl_host.PROBLEM.name: lambda p, t: kl_div(p, t, reduction="batchmean", log_input=False),
              hinge_host.PROBLEM.name: hinge_loss,
              TRIPLET.name: lambda a, p, n: triplet_margin_loss(a, p, n),
              cs_host.PROBLEM.name: lambda p, t: cosine_similarity_loss(p, t),

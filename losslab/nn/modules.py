@@ -15,16 +15,19 @@ from losslab.problems.triplet_margin_loss.functional import TripletMarginLoss  #
 
 
 class KLDivLoss(_Loss):
-    """``torch.nn.KLDivLoss``: ``forward(input, target)`` is :func:`functional.kl_div`."""
+    """``torch.nn.KLDivLoss``: ``forward(input, target)`` is :func:`functional.kl_div` (``log_input=False``:
+    ``input`` holds probabilities, their log taken in the kernel)."""
 
     __constants__ = ["reduction"]
 
-    def __init__(self, size_average=None, reduce=None, reduction: str = "mean", log_target: bool = False) -> None:
+    def __init__(self, size_average=None, reduce=None, reduction: str = "mean", log_target: bool = False,
+                 log_input: bool = True) -> None:
         super().__init__(size_average, reduce, reduction)
-        self.log_target = log_target
+        self.log_target, self.log_input = log_target, log_input
 
     def forward(self, input: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        return functional.kl_div(input, target, reduction=self.reduction, log_target=self.log_target)
+        return functional.kl_div(input, target, reduction=self.reduction, log_target=self.log_target,
+                                 log_input=self.log_input)
 
 
 class CrossEntropyLoss(_WeightedLoss):

@@ -343,6 +343,27 @@ def cross_entropy_canonical(fused: bool, needs_grad: bool, input: torch.Tensor, 
     return CANONICAL.infer(input, target)
 
 
+# --- the canonical case of kl_div: the fused rung -----------------------------------------------
+# Probabilities (log_input=False), batchmean over (N, D) rows, no log_target: the ladder's problem,
+# on the fused rung's kernels (vectorized's forward when no gradient is needed).
+
+KL_CANONICAL = rung_ops.OPS[(KL_DIV.name, "fused")]
+
+
+def kl_div_canonical(fused: bool, needs_grad: bool, input: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """The batchmean KL divergence of (N, D) probabilities ``input`` from ``target`` (checked by
+    :mod:`losslab.nn.functional`, contiguous), as ``F.kl_div(torch.log(input), target,
+    reduction="batchmean")``, on the fused rung's kernels: its forward that writes the gradient
+    when ``fused``, else vectorized's forward and, when ``needs_grad``, its backward kernel.
+    Traced, through the rung's ``torch.library`` operators (``losslab::kl_div_fused_forward`` /
+    ``_forward_grad`` / ``_backward``). The 0-d loss is in ``input``'s dtype."""
+    if torch.compiler.is_compiling():
+        return KL_CANONICAL.forward_grad(input, target)[0] if fused else KL_CANONICAL.forward(input, target)
+    if needs_grad:
+        return rung_ops.EagerLoss.apply(KL_CANONICAL, fused, input, target)
+    return KL_CANONICAL.infer(input, target)
+
+
 def kl_div(fused: bool, needs_grad: bool, *args) -> torch.Tensor:
     """The loss of ``kl_forward``'s arguments, as :func:`cross_entropy`."""
     if torch.compiler.is_compiling():
