@@ -232,38 +232,38 @@ def test_the_canonical_path_gets_the_callers_tensors_and_which_forward(dispatche
 
 P = X.softmax(-1)
 KL_DISPATCH = {
-    # name: (a call of kl_div or KLDivLoss on CPU tensors, the path it takes, what that path gets as input)
-    "probabilities, batchmean": (lambda: LF.kl_div(P, P, reduction="batchmean", log_input=False), "canonical", "P"),
+    # name: (a call of kl_div or KLDivLoss on CPU tensors, the path it takes)
+    "probabilities, batchmean": (lambda: LF.kl_div(P, P, reduction="batchmean", log_input=False), "canonical"),
     "bfloat16 probabilities": (lambda: LF.kl_div(P.bfloat16(), P, reduction="batchmean", log_input=False),
-                               "canonical", "P"),
-    "module, probabilities": (lambda: lnn.KLDivLoss(reduction="batchmean", log_input=False)(P, P), "canonical", "P"),
+                               "canonical"),
+    "module, probabilities": (lambda: lnn.KLDivLoss(reduction="batchmean", log_input=False)(P, P), "canonical"),
     "probabilities, a broadcast target": (lambda: LF.kl_div(P, P[:1], reduction="batchmean", log_input=False),
-                                          "canonical", "P"),
-    "log-probabilities (PyTorch's default)": (lambda: LF.kl_div(P.log(), P, reduction="batchmean"), "options",
-                                              "log P"),
-    "probabilities, sum": (lambda: LF.kl_div(P, P, reduction="sum", log_input=False), "options", "log P"),
-    "probabilities, none": (lambda: LF.kl_div(P, P, reduction="none", log_input=False), "options", "log P"),
+                                          "canonical"),
+    "log-probabilities (PyTorch's default)": (lambda: LF.kl_div(P.log(), P, reduction="batchmean"), "options"),
+    "probabilities, sum": (lambda: LF.kl_div(P, P, reduction="sum", log_input=False), "options"),
+    "probabilities, none": (lambda: LF.kl_div(P, P, reduction="none", log_input=False), "options"),
     "probabilities, log_target": (lambda: LF.kl_div(P, P.log(), reduction="batchmean", log_target=True,
-                                                    log_input=False), "options", "log P"),
-    "probabilities, 3-D": (lambda: LF.kl_div(P[None], P[None], reduction="batchmean", log_input=False), "options",
-                           "log P"),
+                                                    log_input=False), "options"),
+    "probabilities, 3-D": (lambda: LF.kl_div(P[None], P[None], reduction="batchmean", log_input=False), "options"),
 }
 
 
 @pytest.mark.parametrize("case", KL_DISPATCH)
 def test_kl_div_takes_the_fused_rung_only_for_the_ladders_problem(monkeypatch, case):
-    """The fused rung gets the caller's probabilities; other probabilities reach the options
-    kernels as their log (F.kl_div's input), log-probabilities as they are."""
+    """The fused rung for the ladder's problem, the options kernels otherwise, each given the
+    caller's input as it is (the options told whether it holds probabilities)."""
     calls = []
     monkeypatch.setattr(LF, "_require_cuda", lambda *named: None)
     monkeypatch.setattr(O, "kl_div_canonical", lambda *args: calls.append(("canonical", args)) or torch.zeros(()))
     monkeypatch.setattr(O, "kl_div", lambda *args: calls.append(("options", args)) or torch.zeros(()))
-    call, path, gets = KL_DISPATCH[case]
+    call, path = KL_DISPATCH[case]
     call()
     assert [p for p, _ in calls] == [path]
-    given = calls[0][1][2]
-    probabilities = P.to(given.dtype).expand_as(given)
-    assert torch.equal(given, probabilities if gets == "P" else probabilities.log())
+    args = calls[0][1]
+    probabilities = "log-probabilities" not in case
+    assert torch.equal(args[2], (P if probabilities else P.log()).to(args[2].dtype).expand_as(args[2]))
+    if path == "options":
+        assert args[-1] is (not probabilities)  # log_input
 
 
 def test_the_canonical_kl_div_runs_the_fused_rung():
@@ -314,12 +314,13 @@ def test_cross_entropy_fakes_give_the_kernels_shapes(reduction, probs, dtype):
 def test_kl_div_fakes_give_the_kernels_shapes(reduction):
     x = torch.empty(5, 13, 7, device="meta", requires_grad=True)
     code = kl_host.REDUCTIONS[reduction]
-    loss = O.kl_forward(x, x.detach(), code, False)
-    assert loss.shape == (x.shape if reduction == "none" else ())
-    assert torch.autograd.grad(loss.sum(), x)[0].shape == x.shape
-    if reduction != "none":
-        loss, grad = O.kl_forward_grad(x, x.detach(), code, True)
-        assert loss.shape == () and grad.shape == x.shape
+    for log_input in (True, False):
+        loss = O.kl_forward(x, x.detach(), code, False, log_input)
+        assert loss.shape == (x.shape if reduction == "none" else ())
+        assert torch.autograd.grad(loss.sum(), x)[0].shape == x.shape
+        if reduction != "none":
+            loss, grad = O.kl_forward_grad(x, x.detach(), code, True, log_input)
+            assert loss.shape == () and grad.shape == x.shape
 
 
 # --- cpu tier: cost model -----------------------------------------------------------------------------
@@ -347,6 +348,7 @@ def test_kl_div_cost_counts_each_options_bytes():
     assert forward.bytes_read == 2 * n * 4 and forward.bytes_written == 4
     assert kl_host.options_cost(n, "forward", reduction="none").bytes_written == n * 4
     assert kl_host.options_cost(n, "backward").bytes_read == n * 4 + 4  # the target only: -t * scale
+    assert kl_host.options_cost(n, "backward", log_input=False).bytes_read == 2 * n * 4 + 4  # -t * scale / p
     assert kl_host.options_cost(n, "backward", reduction="none").bytes_read == 2 * n * 4
     assert kl_host.options_cost(n, "forward_backward").bytes_written == n * 4 + 4
     with pytest.raises(ValueError, match="fused"):
@@ -539,11 +541,12 @@ def test_opcheck_every_operator():
     torch.library.opcheck(O.ce_forward_grad, (x.clone().requires_grad_(True), t, None, w.float(), 7, 0.1, 2))
     p, q = torch.randn(37, 1001, device="cuda").log_softmax(-1), torch.rand(37, 1001, device="cuda")
     for code in kl_host.REDUCTIONS.values():
-        torch.library.opcheck(O.kl_forward, (p.clone().requires_grad_(True), q, code, False))
-        grad_loss = torch.randn_like(p) if code == 0 else torch.tensor(0.5, device="cuda")
-        torch.library.opcheck(O.kl_backward, (q, grad_loss, code, True))
-        if code:
-            torch.library.opcheck(O.kl_forward_grad, (p.clone().requires_grad_(True), q, code, True))
+        for x, log_input in ((p, True), (p.exp(), False)):
+            torch.library.opcheck(O.kl_forward, (x.clone().requires_grad_(True), q, code, False, log_input))
+            grad_loss = torch.randn_like(p) if code == 0 else torch.tensor(0.5, device="cuda")
+            torch.library.opcheck(O.kl_backward, (None if log_input else x, q, grad_loss, code, True, log_input))
+            if code:
+                torch.library.opcheck(O.kl_forward_grad, (x.clone().requires_grad_(True), q, code, True, log_input))
 
 
 @pytest.mark.gpu

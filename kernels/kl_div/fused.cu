@@ -109,13 +109,14 @@ cudaError_t kl_div_fused_backward(const void* /*predictions: unread*/, const voi
 }
 
 // PyTorch's options (options.h), reductions sum, mean and batchmean: the terms' sums
-// and dL/dinput = -t / divisor (-exp(t) / divisor with log_target) in the same pass;
+// and dL/dinput = -t / divisor (-exp(t) / divisor with log_target; divided by the input
+// without log_input) in the same pass;
 // the backward is fused's above (scale in place). Reduction none needs each element's
 // upstream gradient: vectorized's backward.
 cudaError_t kl_div_fused_options_forward(const void* input, const void* target, float* partials, void* loss,
                                          void* elementwise, void* grad_input, int64_t n, int log_target,
-                                         float divisor, DType dtype, cudaStream_t stream) {
+                                         int log_input, float divisor, DType dtype, cudaStream_t stream) {
     if (grad_input == nullptr || elementwise != nullptr) return cudaErrorInvalidValue;
-    return kl_div_options_launch(input, target, partials, loss, nullptr, grad_input, n, log_target, divisor, dtype,
-                                 stream);
+    return kl_div_options_launch(input, target, partials, loss, nullptr, grad_input, n, log_target, log_input,
+                                 divisor, dtype, stream);
 }

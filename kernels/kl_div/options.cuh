@@ -14,13 +14,19 @@
 
 constexpr int KL_OPTIONS_THREADS = 256;
 
-__device__ __forceinline__ float kl_options_term(float input, float t, bool log_target) {
-    return log_target ? expf(t) * (t - input) : xlogy(t, t) - t * input;
+// x = input, or log(input) without log_input (the log as the rungs take it, kl_div.cuh).
+__device__ __forceinline__ float kl_options_term(float input, float t, bool log_target, bool log_input) {
+    const float x = log_input ? input : fast_log(input);
+    return log_target ? expf(t) * (t - x) : xlogy(t, t) - t * x;
 }
 
-// dterm/dinput = -t (or -exp(t)): the input is not needed.
-__device__ __forceinline__ float kl_options_grad(float t, bool log_target, float scale) {
-    return -(log_target ? expf(t) : t) * scale;
+// dterm/dx = -t (or -exp(t)): with log-probabilities the input is not needed; without,
+// dterm/dinput = dterm/dx / input, in float32, so a 16-bit gradient does not underflow in
+// between as PyTorch's through torch.log does. __fdividef as the rungs' (kl_div.cuh says why).
+__device__ __forceinline__ float kl_options_grad(float input, float t, bool log_target, bool log_input,
+                                                 float scale) {
+    const float grad_x = -(log_target ? expf(t) : t) * scale;
+    return log_input ? grad_x : __fdividef(grad_x, input);
 }
 
 // Elements before the first 16-byte boundary, or -1 if the non-null pointers sit at
@@ -41,7 +47,7 @@ kl_div_options_forward_kernel(const T* __restrict__ input, const T* __restrict__
                               T* __restrict__ loss,          // ()
                               T* __restrict__ terms,         // (n,) or null
                               T* __restrict__ grad,          // (n,) or null
-                              int64_t n, bool log_target, float divisor) {
+                              int64_t n, bool log_target, bool log_input, float divisor) {
     const float grad_scale = 1.0f / divisor;
     constexpr int V = Pack<T>::size;
     const int64_t stride = int64_t(gridDim.x) * KL_OPTIONS_THREADS;
@@ -51,10 +57,10 @@ kl_div_options_forward_kernel(const T* __restrict__ input, const T* __restrict__
     float sum = 0.0f;
     auto one = [&](int64_t i) {
         const float x = to_float(input[i]), t = to_float(target[i]);
-        const float term = kl_options_term(x, t, log_target);
+        const float term = kl_options_term(x, t, log_target, log_input);
         if (terms) terms[i] = from_float<T>(term);
         else sum += term;
-        if (grad) grad[i] = from_float<T>(kl_options_grad(t, log_target, grad_scale));
+        if (grad) grad[i] = from_float<T>(kl_options_grad(x, t, log_target, log_input, grad_scale));
     };
     for (int64_t i = first; i < head; i += stride) one(i);
     for (int64_t k = first; k < packs; k += stride) {
@@ -63,8 +69,8 @@ kl_div_options_forward_kernel(const T* __restrict__ input, const T* __restrict__
         float tf[V], gf[V];
 #pragma unroll
         for (int e = 0; e < V; ++e) {
-            tf[e] = kl_options_term(xp[e], tp[e], log_target);
-            gf[e] = kl_options_grad(tp[e], log_target, grad_scale);
+            tf[e] = kl_options_term(xp[e], tp[e], log_target, log_input);
+            gf[e] = kl_options_grad(xp[e], tp[e], log_target, log_input, grad_scale);
         }
         if (terms) {
             Pack<T> out;
@@ -94,7 +100,7 @@ kl_div_options_forward_kernel(const T* __restrict__ input, const T* __restrict__
 // grad_input is given.
 inline cudaError_t kl_div_options_launch(const void* input, const void* target, float* partials, void* loss,
                                          void* elementwise, void* grad_input, int64_t n, int log_target,
-                                         float divisor, DType dtype, cudaStream_t stream) {
+                                         int log_input, float divisor, DType dtype, cudaStream_t stream) {
     unsigned int* ticket = nullptr;  // reduction none draws none
     const cudaError_t err = elementwise ? cudaSuccess
         : stream_workspace(stream, partials + KL_DIV_OPTIONS_MAX_BLOCKS, sizeof(unsigned int),
@@ -107,7 +113,7 @@ inline cudaError_t kl_div_options_launch(const void* input, const void* target, 
                                                                       KL_DIV_OPTIONS_MAX_BLOCKS));
         kl_div_options_forward_kernel<T><<<blocks, KL_OPTIONS_THREADS, 0, stream>>>(
             static_cast<const T*>(input), static_cast<const T*>(target), partials, ticket, static_cast<T*>(loss),
-            static_cast<T*>(elementwise), static_cast<T*>(grad_input), n, log_target != 0, divisor);
+            static_cast<T*>(elementwise), static_cast<T*>(grad_input), n, log_target != 0, log_input != 0, divisor);
         return cudaGetLastError();
     });
 }

@@ -152,34 +152,39 @@ cudaError_t kl_div_vectorized_backward(const void* predictions, const void* targ
     });
 }
 
-// --- PyTorch's options (options.h): log-probability input, log_target, any shape,
-// reductions none/sum/mean/batchmean. Flat grid-stride passes (options.cuh).
+// --- PyTorch's options (options.h): log-probability input (probabilities without
+// log_input), log_target, any shape, reductions none/sum/mean/batchmean. Flat grid-stride
+// passes (options.cuh).
 
 template <typename T>
 __global__ void __launch_bounds__(KL_OPTIONS_THREADS)
-kl_div_options_backward_kernel(const T* __restrict__ target, const T* __restrict__ grad_loss,
+kl_div_options_backward_kernel(const T* __restrict__ input,  // (n,), read without log_input only
+                               const T* __restrict__ target, const T* __restrict__ grad_loss,
                                const T* __restrict__ grad_terms,  // (n,) or null
-                               T* __restrict__ grad, int64_t n, bool log_target, float divisor) {
+                               T* __restrict__ grad, int64_t n, bool log_target, bool log_input, float divisor) {
     constexpr int V = Pack<T>::size;
     const float scale = grad_terms ? 0.0f : to_float(*grad_loss) / divisor;
     const int64_t stride = int64_t(gridDim.x) * KL_OPTIONS_THREADS;
     const int64_t first = blockIdx.x * int64_t(KL_OPTIONS_THREADS) + threadIdx.x;
-    const int64_t found = common_head(n, target, grad_terms, grad, nullptr, sizeof(T));
+    const int64_t found = common_head(n, target, grad_terms, grad, log_input ? nullptr : input, sizeof(T));
     const int64_t head = found < 0 ? n : found, packs = found < 0 ? 0 : (n - head) / V;
     auto one = [&](int64_t i) {
-        grad[i] = from_float<T>(kl_options_grad(to_float(target[i]), log_target,
+        grad[i] = from_float<T>(kl_options_grad(log_input ? 0.0f : to_float(input[i]), to_float(target[i]),
+                                                log_target, log_input,
                                                 grad_terms ? to_float(grad_terms[i]) : scale));
     };
     for (int64_t i = first; i < head; i += stride) one(i);
     for (int64_t k = first; k < packs; k += stride) {
         const int64_t i0 = head + V * k;
         const Pack<T> tp = load_pack(target + i0);
-        Pack<T> up, out;
-        up.raw = out.raw = make_uint4(0, 0, 0, 0);
+        Pack<T> up, xp, out;
+        up.raw = xp.raw = out.raw = make_uint4(0, 0, 0, 0);
         if (grad_terms) up = load_pack(grad_terms + i0);
+        if (!log_input) xp = load_pack(input + i0);
         float gf[V];
 #pragma unroll
-        for (int e = 0; e < V; ++e) gf[e] = kl_options_grad(tp[e], log_target, grad_terms ? up[e] : scale);
+        for (int e = 0; e < V; ++e)
+            gf[e] = kl_options_grad(xp[e], tp[e], log_target, log_input, grad_terms ? up[e] : scale);
 #pragma unroll
         for (int e = 0; e < V; ++e) out.set(e, gf[e]);
         store_pack(grad + i0, out);
@@ -189,21 +194,24 @@ kl_div_options_backward_kernel(const T* __restrict__ target, const T* __restrict
 
 cudaError_t kl_div_vectorized_options_forward(const void* input, const void* target, float* partials, void* loss,
                                               void* elementwise, void* /*grad_input: not fused*/, int64_t n,
-                                              int log_target, float divisor, DType dtype, cudaStream_t stream) {
-    return kl_div_options_launch(input, target, partials, loss, elementwise, nullptr, n, log_target, divisor, dtype,
-                                 stream);
+                                              int log_target, int log_input, float divisor, DType dtype,
+                                              cudaStream_t stream) {
+    return kl_div_options_launch(input, target, partials, loss, elementwise, nullptr, n, log_target, log_input,
+                                 divisor, dtype, stream);
 }
 
-cudaError_t kl_div_vectorized_options_backward(const void* target, const void* grad_loss, const void* grad_terms,
-                                               void* grad_input, int64_t n, int log_target, float divisor,
-                                               DType dtype, cudaStream_t stream) {
+cudaError_t kl_div_vectorized_options_backward(const void* input, const void* target, const void* grad_loss,
+                                               const void* grad_terms, void* grad_input, int64_t n, int log_target,
+                                               int log_input, float divisor, DType dtype, cudaStream_t stream) {
+    if (!log_input && input == nullptr) return cudaErrorInvalidValue;
     return dispatch_dtype(dtype, [&](auto tag) {
         using T = decltype(tag);
         const int64_t per_block = int64_t(KL_OPTIONS_THREADS) * Pack<T>::size;
         const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>((n + per_block - 1) / per_block, 1 << 16));
         kl_div_options_backward_kernel<T><<<blocks, KL_OPTIONS_THREADS, 0, stream>>>(
-            static_cast<const T*>(target), static_cast<const T*>(grad_loss), static_cast<const T*>(grad_terms),
-            static_cast<T*>(grad_input), n, log_target != 0, divisor);
+            static_cast<const T*>(input), static_cast<const T*>(target), static_cast<const T*>(grad_loss),
+            static_cast<const T*>(grad_terms), static_cast<T*>(grad_input), n, log_target != 0, log_input != 0,
+            divisor);
         return cudaGetLastError();
     });
 }

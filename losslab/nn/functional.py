@@ -114,15 +114,12 @@ def kl_div(input: torch.Tensor, target: torch.Tensor, size_average=None, reduce=
     the target's shape, batchmean, no      gradient when a gradient will be needed (the
     ``log_target``)                        backward only scales it), else vectorized's
                                            forward
-    log-probabilities, a gradient will be  the options kernels' ``fused``: one pass
-    needed, reduction sum, mean or         writes the loss and the gradient
-    batchmean
+    a gradient will be needed, reduction   the options kernels' ``fused``: one pass
+    sum, mean or batchmean                 writes the loss and the gradient
     otherwise (inference, reduction none)  the options kernels' ``vectorized``: forward,
-                                           and its backward
+                                           and its backward (which reads the input too
+                                           without ``log_input``)
     =====================================  =============================================
-
-    Any other ``log_input=False`` call takes ``torch.log(input)`` first (a pass more) and
-    continues as with log-probabilities.
     """
     reduction = _reduction_name(size_average, reduce, reduction)
     if reduction == "mean":
@@ -145,11 +142,10 @@ def kl_div(input: torch.Tensor, target: torch.Tensor, size_average=None, reduce=
     target, input = target.contiguous(), input.contiguous()
     needs_grad = torch.is_grad_enabled() and input.requires_grad
     fused = PREFER_FUSED and reduction != "none" and needs_grad
-    if not log_input:
-        if kl_canonical_case(input, target, reduction, log_target):
-            return operators.kl_div_canonical(fused, needs_grad, input, target)
-        input = torch.log(input)
-    return operators.kl_div(fused, needs_grad, input, target, kl_host.REDUCTIONS[reduction], bool(log_target))
+    if not log_input and kl_canonical_case(input, target, reduction, log_target):
+        return operators.kl_div_canonical(fused, needs_grad, input, target)
+    return operators.kl_div(fused, needs_grad, input, target, kl_host.REDUCTIONS[reduction], bool(log_target),
+                            bool(log_input))
 
 
 def kl_canonical_case(input: torch.Tensor, target: torch.Tensor, reduction: str, log_target: bool) -> bool:

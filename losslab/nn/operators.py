@@ -161,9 +161,10 @@ torch.library.register_autograd(ce_forward_grad, _ce_backward_scale, setup_conte
 
 # --- KL divergence ------------------------------------------------------------------------------
 # Inputs are any-shape contiguous tensors, already checked by losslab.nn.functional.
-# losslab::nn_kl_div_forward(input, target, int reduction, bool log_target) -> loss       (vectorized)
-# losslab::nn_kl_div_forward_grad(<the same>) -> (loss, grad)                             (fused)
-# losslab::nn_kl_div_backward(target, grad_loss, int reduction, bool log_target) -> grad  (vectorized)
+# losslab::nn_kl_div_forward(input, target, int reduction, bool log_target, bool log_input) -> loss (vectorized)
+# losslab::nn_kl_div_forward_grad(<the same>) -> (loss, grad)                                       (fused)
+# losslab::nn_kl_div_backward(input?, target, grad_loss, <the options>) -> grad                     (vectorized)
+# The backward reads the input only without log_input (dL/dinput divides by it): it is saved only then.
 
 def _kl_loss_fake(input, reduction):
     if reduction == kl_host.REDUCTIONS["none"]:
@@ -171,49 +172,51 @@ def _kl_loss_fake(input, reduction):
     return input.new_empty(())
 
 
-def _kl_forward_kernel(input, target, reduction, log_target):
-    return kl_host.options_forward(_ext(KL_DIV), "vectorized", input, target, reduction, log_target, False)[0]
+def _kl_forward_kernel(input, target, reduction, log_target, log_input):
+    return kl_host.options_forward(_ext(KL_DIV), "vectorized", input, target, reduction, log_target, log_input,
+                                   False)[0]
 
 
-def _kl_forward_fake(input, target, reduction, log_target):
+def _kl_forward_fake(input, target, reduction, log_target, log_input):
     return _kl_loss_fake(input, reduction)
 
 
-def _kl_forward_grad_kernel(input, target, reduction, log_target):
-    return kl_host.options_forward(_ext(KL_DIV), "fused", input, target, reduction, log_target, True)
+def _kl_forward_grad_kernel(input, target, reduction, log_target, log_input):
+    return kl_host.options_forward(_ext(KL_DIV), "fused", input, target, reduction, log_target, log_input, True)
 
 
-def _kl_forward_grad_fake(input, target, reduction, log_target):
+def _kl_forward_grad_fake(input, target, reduction, log_target, log_input):
     return _kl_loss_fake(input, reduction), torch.empty_like(input, memory_format=torch.contiguous_format)
 
 
-def _kl_backward_kernel(target, grad_loss, reduction, log_target):
-    return kl_host.options_backward(_ext(KL_DIV), target, grad_loss, reduction, log_target)
+def _kl_backward_kernel(input, target, grad_loss, reduction, log_target, log_input):
+    return kl_host.options_backward(_ext(KL_DIV), input, target, grad_loss, reduction, log_target, log_input)
 
 
-def _kl_backward_fake(target, grad_loss, reduction, log_target):
+def _kl_backward_fake(input, target, grad_loss, reduction, log_target, log_input):
     return torch.empty_like(target, memory_format=torch.contiguous_format)
 
 
-_KL_ARGS = "Tensor input, Tensor target, int reduction, bool log_target"
-kl_forward = _define("nn_kl_div_forward", f"({_KL_ARGS}) -> Tensor", _kl_forward_kernel, _kl_forward_fake)
-kl_forward_grad = _define("nn_kl_div_forward_grad", f"({_KL_ARGS}) -> (Tensor, Tensor)", _kl_forward_grad_kernel,
-                          _kl_forward_grad_fake)
+_KL_OPTIONS = "int reduction, bool log_target, bool log_input"
+kl_forward = _define("nn_kl_div_forward", f"(Tensor input, Tensor target, {_KL_OPTIONS}) -> Tensor",
+                     _kl_forward_kernel, _kl_forward_fake)
+kl_forward_grad = _define("nn_kl_div_forward_grad", f"(Tensor input, Tensor target, {_KL_OPTIONS}) -> (Tensor, Tensor)",
+                          _kl_forward_grad_kernel, _kl_forward_grad_fake)
 kl_backward = _define("nn_kl_div_backward",
-                      "(Tensor target, Tensor grad_loss, int reduction, bool log_target) -> Tensor",
+                      f"(Tensor? input, Tensor target, Tensor grad_loss, {_KL_OPTIONS}) -> Tensor",
                       _kl_backward_kernel, _kl_backward_fake)
 
 
 def _kl_setup(ctx, inputs, output):
-    _, target, reduction, log_target = inputs
-    ctx.save_for_backward(target)
-    ctx.options = (reduction, log_target)
+    input, target, reduction, log_target, log_input = inputs
+    ctx.save_for_backward(None if log_input else input, target)
+    ctx.options = (reduction, log_target, log_input)
 
 
 def _kl_backward(ctx, grad_loss):
-    (target,) = ctx.saved_tensors
-    grad = kl_backward(target, grad_loss, *ctx.options) if ctx.needs_input_grad[0] else None
-    return grad, None, None, None
+    input, target = ctx.saved_tensors
+    grad = kl_backward(input, target, grad_loss, *ctx.options) if ctx.needs_input_grad[0] else None
+    return grad, None, None, None, None
 
 
 def _kl_setup_grad(ctx, inputs, output):
@@ -224,7 +227,7 @@ def _kl_setup_grad(ctx, inputs, output):
 
 def _kl_backward_scale(ctx, grad_loss, _unused):
     (grad,) = ctx.saved_tensors
-    return _scale_grad(ctx, KL_DIV, grad, grad_loss), None, None, None
+    return _scale_grad(ctx, KL_DIV, grad, grad_loss), None, None, None, None
 
 
 torch.library.register_autograd(kl_forward, _kl_backward, setup_context=_kl_setup, lib=_LIBRARY)
@@ -275,15 +278,15 @@ class EagerKLDiv(_EagerLoss):
     """The KL operators' kernels with autograd by hand (as :class:`EagerCrossEntropy`)."""
 
     @staticmethod
-    def forward(ctx, fused, input, target, reduction, log_target):
-        ctx.problem, ctx.fused, ctx.scaled, ctx.num_rest = KL_DIV, fused, False, 3
+    def forward(ctx, fused, input, target, reduction, log_target, log_input):
+        ctx.problem, ctx.fused, ctx.scaled, ctx.num_rest = KL_DIV, fused, False, 4
         if fused:
-            loss, grad = _kl_forward_grad_kernel(input, target, reduction, log_target)
+            loss, grad = _kl_forward_grad_kernel(input, target, reduction, log_target, log_input)
             ctx.save_for_backward(grad)
             return loss
-        ctx.save_for_backward(target)
-        ctx.backward_kernel, ctx.options = _kl_backward_kernel, (reduction, log_target)
-        return _kl_forward_kernel(input, target, reduction, log_target)
+        ctx.save_for_backward(None if log_input else input, target)
+        ctx.backward_kernel, ctx.options = _kl_backward_kernel, (reduction, log_target, log_input)
+        return _kl_forward_kernel(input, target, reduction, log_target, log_input)
 
 
 def cross_entropy(fused: bool, needs_grad: bool, *args) -> torch.Tensor:
