@@ -327,3 +327,28 @@ def test_bitwise_repeatable_and_one_backward_per_forward():
 def test_module_is_the_function():
     p, t = _inputs(torch.float16)
     assert torch.equal(lnn.CosineSimilarity(dim=1, eps=0.1)(p, t), LF.cosine_similarity(p, t, 1, 0.1))
+
+
+@pytest.mark.gpu
+def test_eager_loss_calls_reach_the_kernels_without_the_dispatcher(monkeypatch):
+    """Not traced, the loss (inference, and forward and backward for either input or both) calls no
+    torch.library operator, each a round trip into Python; the gradients still match float64 and the
+    backward still runs once per forward."""
+    for name in ("loss_forward", "loss_forward_grad"):
+        monkeypatch.setattr(CF, name, lambda *args, name=name: pytest.fail(f"eager mode called the operator {name}"))
+    p, t = (torch.randn(64, 300, device="cuda") for _ in range(2))
+    with torch.no_grad():
+        LF.cosine_similarity_loss(p, t)
+    for p_grad, t_grad in ((True, False), (False, True), (True, True)):
+        leaves = [p.clone().requires_grad_(p_grad), t.clone().requires_grad_(t_grad)]
+        loss = LF.cosine_similarity_loss(*leaves)
+        loss.backward(retain_graph=True)
+        expected = [x.double().requires_grad_(True) for x in (p, t)]
+        torch.mean(1 - F.cosine_similarity(*expected, dim=1, eps=EPS)).backward()
+        for leaf, want in zip(leaves, expected, strict=True):
+            if leaf.requires_grad:
+                assert (leaf.grad.double() - want.grad).norm() <= 1e-5 * want.grad.norm()
+            else:
+                assert leaf.grad is None
+        with pytest.raises(RuntimeError, match="backward can run once per forward"):
+            loss.backward()

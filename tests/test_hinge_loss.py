@@ -9,6 +9,7 @@ gpu tier: hinge_loss against PyTorch's formula in float64 (every reduction, dtyp
 both kernels), at the hinge and with NaN and inf, on KernelBench's own inputs, opcheck, the module,
 and a torch.compile(fullgraph=True) training step captured in a CUDA graph.
 """
+import itertools
 import math
 
 import pytest
@@ -180,6 +181,22 @@ def test_hinge_loss_names_the_bad_argument(case):
     call, error, message = NN_ERRORS[case]
     with pytest.raises(error, match=message):
         call()
+
+
+def test_the_broadcast_check_agrees_with_torch_on_every_small_shape():
+    """hinge_loss's own check that a target broadcasts to the input without growing it (fast for the
+    common case, where torch.broadcast_shapes costs a small launch's host time), against torch's
+    answer on every pair of shapes of up to 3 and 4 dimensions of sizes 1, 3 and 5."""
+    for input_dims in range(4):
+        for input_shape in itertools.product((1, 3, 5), repeat=input_dims):
+            for target_dims in range(5):
+                for target_shape in itertools.product((1, 3, 5), repeat=target_dims):
+                    target, input = torch.Size(target_shape), torch.Size(input_shape)
+                    try:
+                        grows = torch.broadcast_shapes(input, target) != input
+                    except RuntimeError:
+                        grows = True
+                    assert HF._grows(target, input) is grows, (target_shape, input_shape)
 
 
 LAYOUTS = {

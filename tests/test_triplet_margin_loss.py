@@ -386,3 +386,28 @@ def test_compile_graphs_and_one_backward_per_fused_forward():
     retained.backward(retain_graph=True)
     with pytest.raises(RuntimeError, match="backward can run once per forward"):
         retained.backward()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+def test_eager_calls_reach_the_kernels_without_the_dispatcher(monkeypatch, reduction):
+    """Not traced, a call (inference, and forward and backward: fused for mean, vectorized's
+    backward for none) calls no torch.library operator, each a round trip into Python; the
+    gradients still match float64, and the fused backward still runs once per forward."""
+    for name in ("forward", "forward_grad", "backward"):
+        monkeypatch.setattr(tml, name, lambda *args, name=name: pytest.fail(f"eager mode called the operator {name}"))
+    a, p, n = gpu_case((64, 300), torch.float32)
+    leaves = [a.clone().requires_grad_(True), p.clone(), n.clone().requires_grad_(True)]
+    with torch.no_grad():
+        LF.triplet_margin_loss(a, p, n, reduction=reduction)
+    loss = LF.triplet_margin_loss(*leaves, swap=True, reduction=reduction)
+    loss.backward(torch.ones_like(loss), retain_graph=True)
+    expected = [x.double().requires_grad_(True) for x in (a, p, n)]
+    ref = F.triplet_margin_loss(*expected, swap=True, reduction=reduction)
+    ref.backward(torch.ones_like(ref))
+    assert leaves[1].grad is None
+    for got, want in ((leaves[0].grad, expected[0].grad), (leaves[2].grad, expected[2].grad)):
+        assert_matches_float64(got, want, torch.float32, "gradient")
+    if reduction == "mean":
+        with pytest.raises(RuntimeError, match="backward can run once per forward"):
+            loss.backward()

@@ -134,6 +134,34 @@ torch.library.register_autograd(forward, _backward, setup_context=_setup, lib=_L
 torch.library.register_autograd(forward_grad, _backward_scale, setup_context=_setup_grad, lib=_LIBRARY)
 
 
+class _EagerTriplet(torch.autograd.Function):
+    """The operators' kernels in eager mode without the dispatcher (its Python round trips cost host
+    time, the whole cost of a small loss): ``fused`` writes the gradients asked for in the forward
+    and the backward scales them (:func:`_backward_scale`), else vectorized's forward and backward."""
+
+    @staticmethod
+    def forward(ctx, fused, anchor, positive, negative, margin, eps, swap, reduction):
+        inputs, options = (anchor, positive, negative), (margin, eps, swap, reduction)
+        ctx.fused, ctx.needs = fused, ctx.needs_input_grad[1:4]
+        if fused:
+            loss, *grads = _forward_grad_kernel(*inputs, *options, *ctx.needs)
+            ctx.save_for_backward(*grads)
+            ctx.scaled = False
+            return loss
+        ctx.save_for_backward(*inputs)
+        ctx.options = options
+        return _forward_kernel(*inputs, *options)
+
+    @staticmethod
+    def backward(ctx, grad_loss):
+        if ctx.fused:
+            grads = _backward_scale(ctx, grad_loss)[:3]
+        else:
+            grads = _backward_kernel(*ctx.saved_tensors, grad_loss, *ctx.options, *ctx.needs)
+            grads = [g if wanted else None for g, wanted in zip(grads, ctx.needs, strict=True)]
+        return (None, *grads, None, None, None, None)
+
+
 def _require_inputs(anchor, positive, negative) -> None:
     """PyTorch's errors where it has them, losslab's (one line naming the argument) where it computes;
     the devices last, so that the other mistakes read the same without a GPU."""
@@ -203,9 +231,13 @@ def triplet_margin_loss(anchor: torch.Tensor, positive: torch.Tensor, negative: 
     code = REDUCTIONS[reduction]
     needs = [torch.is_grad_enabled() and x.requires_grad for x in inputs]
     options = (float(margin), float(eps), bool(swap), code)
-    if any(needs) and code != REDUCTIONS["none"]:
-        return forward_grad(*inputs, *options, *needs)[0]
-    loss = forward(*inputs, *options)
+    fused = any(needs) and code != REDUCTIONS["none"]
+    if torch.compiler.is_compiling():
+        loss = forward_grad(*inputs, *options, *needs)[0] if fused else forward(*inputs, *options)
+    elif any(needs):
+        loss = _EagerTriplet.apply(fused, *inputs, *options)
+    else:
+        loss = _forward_kernel(*inputs, *options)
     return loss.reshape(()) if unbatched and code == REDUCTIONS["none"] else loss
 
 
