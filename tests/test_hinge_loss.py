@@ -222,6 +222,14 @@ def test_targets_reach_the_kernels_as_one_value_per_column(layout):
     torch.testing.assert_close((rows * cols).reshape(input_shape), x * t)
 
 
+def test_a_batch_of_rows_reaches_the_kernels_as_it_is():
+    """A contiguous (B, D) input with a (D,) target is passed on unchanged: no view of it, which
+    would add a node to autograd's graph (host time in every backward)."""
+    x, t = torch.randn(4, 5, requires_grad=True), torch.randn(5)
+    rows, _ = HF._rows(x, t)
+    assert rows is x and rows.grad_fn is None
+
+
 def test_operators_mutate_nothing_and_fakes_give_the_kernels_shapes():
     for op in (HF.forward_op, HF.forward_grad_op, HF.backward_op):
         assert op.name().startswith("losslab::nn_hinge_loss")

@@ -166,7 +166,9 @@ def _rows(input: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torc
     if not shape or shape != list(input.shape[input.dim() - len(shape):]):
         target, shape = target.expand(input.shape), list(input.shape)
     cols = math.prod(shape)
-    return input.reshape(-1, cols).contiguous(), target.reshape(cols).contiguous()
+    # a (B, D) input goes as it is: a reshape, even to its own shape, is a node more in autograd's graph
+    rows = input if input.dim() == 2 and input.shape[1] == cols else input.reshape(-1, cols)
+    return rows.contiguous(), target.reshape(cols).contiguous()
 
 
 def hinge_loss(input: torch.Tensor, target: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
