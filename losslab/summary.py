@@ -96,6 +96,14 @@ def host_bound(row: records.BenchRow) -> bool:
     return row.host_ms is not None and row.host_ms > row.median_ms
 
 
+def _host_cause(operator: records.BenchRow, best: records.BenchRow) -> str:
+    """Where the operator's call is :func:`host_bound`, its host time per call beside the rung's: the
+    measured cause of the gap (the host issuing the call, not the kernels), as a suffix."""
+    if not host_bound(operator) or best.host_ms is None:
+        return ""
+    return f"; host-bound: host {operator.host_ms:.4f} ms a call, {best.implementation}'s {best.host_ms:.4f}"
+
+
 def sweep_markdown(problem: str, sections: Sequence[records.Section]) -> str:
     """A markdown table of ``problem``'s sweep on each device of ``sections`` (one Section per
     device): per dtype and direction, at each shape of ``bench.SWEEP_SHAPES`` that some device
@@ -103,8 +111,9 @@ def sweep_markdown(problem: str, sections: Sequence[records.Section]) -> str:
     best losslab rung and of each peer in :data:`SWEEP_PEERS` that some device ran ("—" where it
     did not run; ``*`` marks a :func:`host_bound` time); then the cells where a peer was faster
     than the operator (than the best rung in a record without operator rows), the cells where
-    the operator is behind the best rung by more than max(3 %, 1 µs), each device's date and
-    versions, and a note for results measured on other sources than the repository's."""
+    the operator is behind the best rung by more than max(3 %, 1 µs) (with both host times where
+    the operator's call is host-bound), each device's date and versions, and a note for results
+    measured on other sources than the repository's."""
     cells = {(s.device, d, di): _cells(s, d, di) for s in sections for d in ("float32", "bfloat16")
              for di in SWEEP_DIRECTIONS}
     shapes = [s for s in SWEEP_SHAPES[problem] if any(s in c for c in cells.values())]
@@ -128,7 +137,8 @@ def sweep_markdown(problem: str, sections: Sequence[records.Section]) -> str:
                        f"{mine.median_ms:.4f}" for p in faster]
             if operator and best and operator.median_ms - best.median_ms > max(0.03 * best.median_ms, 0.001):
                 lagging.append(f"{where}: {OPERATOR} {operator.median_ms:.4f} ms, {best.implementation} "
-                               f"{best.median_ms:.4f} (x{operator.median_ms / best.median_ms:.2f})")
+                               f"{best.median_ms:.4f} (x{operator.median_ms / best.median_ms:.2f})"
+                               + _host_cause(operator, best))
         lines.append("| " + " | ".join(row) + " |")
     counted = sum(1 for c in cells.values() for s in shapes if c.get(s, {}).get("best"))
     out = [f"{problem}: median ms per call (L2 flushed), {OPERATOR} / best losslab rung / {' / '.join(peers)}",
