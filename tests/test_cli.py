@@ -240,7 +240,7 @@ def readme_block(marker: str) -> str:
     return readme.split(f"<!-- {marker}:begin -->")[1].split(f"<!-- {marker}:end -->")[0].strip().strip("`").strip()
 
 
-@pytest.mark.parametrize("marker, argv", [("summary", ["summary"]),
+@pytest.mark.parametrize("marker, argv", [("summary", ["summary", "--device", "nvidia-h100-80gb-hbm3"]),
                                           ("summary nvidia-h200", ["summary", "--device", "nvidia-h200"]),
                                           ("sweep", ["summary", "--sweep"])])
 def test_readme_shows_the_recorded_summaries(marker, argv, capsys):
