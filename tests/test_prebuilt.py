@@ -223,7 +223,9 @@ def test_a_library_built_from_other_sources_is_refused(wheel, problem, tmp_path,
 
 # --- gpu tier: the installed wheel on the GPU, no nvcc ------------------------------------------------
 
-TOLERANCE = {"float32": 1e-4, "bfloat16": 2e-2, "float16": 1e-2}  # relative error, loss and gradient
+# relative error, loss and gradient, beyond the dtype's own rounding of the float64 results (the
+# allowance, as losslab.measure.check adds it)
+TOLERANCE = {"float32": 1e-4, "bfloat16": 2e-2, "float16": 1e-2}
 
 
 @pytest.mark.gpu
@@ -237,7 +239,8 @@ def test_the_installed_wheel_runs_every_operator_at_once_without_nvcc(installed)
     assert Path(found["losslab"]).is_relative_to(python.parents[1])
     assert set(found["extension"].values()) == {"Library"} and "building" not in done.stderr
     assert all(seconds < 1.0 for seconds in found["first_call_s"].values()), found["first_call_s"]
-    wrong = {k: e for k, e in found["errors"].items() if not e <= TOLERANCE[k.rsplit(" ", 1)[1]]}
+    wrong = {k: e for k, e in found["errors"].items()
+             if not e <= TOLERANCE[k.rsplit(" ", 1)[1]] + found["allowances"][k]}
     assert not wrong and len(found["errors"]) >= 18
     # host time per call no worse than a checkout's, measured the same way now (on an H100 machine: 20.3 us
     # through ctypes, 40.7 through the checkout's pybind build, one run; a second run's wheel gave 39 us)

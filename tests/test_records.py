@@ -448,12 +448,12 @@ def test_measure_sweep_times_forward_and_forward_backward_at_each_shape(results_
     assert {r.direction for r in section.rows} == {"forward", "forward_backward"}
     assert [(s.implementation, s.shape) for s in section.skipped] == [("naive", (64, 20000))]  # long rows
     bf16 = {line.implementation for line in section.sweep("bfloat16", "forward_backward")}
-    assert bf16 == {"vectorized", "fused", "eager"}  # the rungs that take bf16, and the peer
+    assert bf16 == {"vectorized", "fused", "losslab.nn", "eager"}  # the rungs that take bf16, the operator, the peer
     for row in section.rows:
         assert row.back_to_back_ms > 0 and row.host_ms > 0 and row.sources_sha256 and row.repeats == 3, row
     records.save_section("kl_div", section, results_dir)
     back = records.latest_section("kl_div", results_dir=results_dir)
-    assert back.skipped == section.skipped and len(back.sweep("float32")) == 6  # 5 rungs, eager
+    assert back.skipped == section.skipped and len(back.sweep("float32")) == 7  # 5 rungs, losslab.nn, eager
 
 
 def test_the_parallel_suite_refuses_to_start_without_a_gpu_in_one_line(tmp_path):
