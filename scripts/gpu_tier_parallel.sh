@@ -10,8 +10,12 @@ set -uo pipefail
 OUT=${OUT:-$PWD/gpu-out}
 groups=("$@")
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c "^GPU")
+if [ "$gpus" -eq 0 ]; then
+    echo "gpu_tier_parallel: no GPU visible here (nvidia-smi -L lists none)" >&2
+    exit 2
+fi
 if [ ${#groups[@]} -eq 0 ] || [ ${#groups[@]} -gt "$gpus" ]; then
-    echo "gpu_tier_parallel: GROUP: expected 1 to $gpus groups of test files (one per GPU), got ${#groups[@]}" >&2
+    echo "gpu_tier_parallel: GROUP: expected 1 to $gpus groups (one per GPU), got ${#groups[@]}" >&2
     exit 2
 fi
 mkdir -p "$OUT"

@@ -456,22 +456,23 @@ def test_measure_sweep_times_forward_and_forward_backward_at_each_shape(results_
     assert back.skipped == section.skipped and len(back.sweep("float32")) == 7  # 5 rungs, losslab.nn, eager
 
 
-def test_the_parallel_suite_refuses_to_start_without_a_gpu_in_one_line(tmp_path):
-    """scripts/gpu_suite_parallel.sh on a machine without a GPU (or with fewer GPUs than groups):
-    one line naming what is missing, and exit 2."""
+@pytest.mark.parametrize("script", ["gpu_suite_parallel", "gpu_tier_parallel"])
+def test_the_parallel_scripts_refuse_to_start_without_a_gpu_in_one_line(tmp_path, script):
+    """scripts/gpu_suite_parallel.sh and gpu_tier_parallel.sh on a machine without a GPU (or with fewer
+    GPUs than groups): one line naming what is missing, and exit 2."""
     fake = tmp_path / "nvidia-smi"  # stands in for this machine's, whatever GPUs it has
     env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}", "OUT": str(tmp_path / "out")}
 
     def run(*groups):
-        return subprocess.run(["bash", str(build.ROOT / "scripts" / "gpu_suite_parallel.sh"), *groups],
+        return subprocess.run(["bash", str(build.ROOT / "scripts" / f"{script}.sh"), *groups],
                               capture_output=True, text=True, env=env, cwd=build.ROOT, timeout=60)
 
     fake.write_text("#!/bin/sh\necho 'GPU 0: Fixture GPU (UUID: GPU-0)'\n")  # one GPU
     fake.chmod(0o755)
     two = run("kl_div", "cross_entropy")
     assert two.returncode == 2 and two.stderr.strip().splitlines() == [
-        "gpu_suite_parallel: GROUP: expected 1 to 1 groups (one per GPU), got 2"], two.stderr
+        f"{script}: GROUP: expected 1 to 1 groups (one per GPU), got 2"], two.stderr
     fake.write_text("#!/bin/sh\nexit 9\n")  # no GPU
     none = run("kl_div")
     assert none.returncode == 2, none.stderr
-    assert none.stderr.strip() == "gpu_suite_parallel: no GPU visible here (nvidia-smi -L lists none)"
+    assert none.stderr.strip() == f"{script}: no GPU visible here (nvidia-smi -L lists none)"
