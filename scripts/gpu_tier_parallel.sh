@@ -32,6 +32,6 @@ status=0
 for i in "${!pids[@]}"; do
     wait "${pids[$i]}" || status=1
     echo "== GPU $i: ${groups[$i]//,/ }"
-    grep -E "^(FAILED|ERROR)|passed|failed|Interrupted" "$OUT/tier$i.log" | tail -n 15
+    grep -E "^(FAILED|ERROR)|passed|failed|KeyboardInterrupt" "$OUT/tier$i.log" | tail -n 15
 done
 exit $status
