@@ -459,7 +459,7 @@ def test_measure_sweep_times_forward_and_forward_backward_at_each_shape(results_
 @pytest.mark.parametrize("script", ["gpu_suite_parallel", "gpu_tier_parallel"])
 def test_the_parallel_scripts_refuse_to_start_without_a_gpu_in_one_line(tmp_path, script):
     """scripts/gpu_suite_parallel.sh and gpu_tier_parallel.sh on a machine without a GPU (or with fewer
-    GPUs than groups): one line naming what is missing, and exit 2."""
+    GPUs than groups, or the tier's FIRST_GPU past the last): one line naming what is missing, and exit 2."""
     fake = tmp_path / "nvidia-smi"  # stands in for this machine's, whatever GPUs it has
     env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}", "OUT": str(tmp_path / "out")}
 
@@ -472,6 +472,12 @@ def test_the_parallel_scripts_refuse_to_start_without_a_gpu_in_one_line(tmp_path
     two = run("kl_div", "cross_entropy")
     assert two.returncode == 2 and two.stderr.strip().splitlines() == [
         f"{script}: GROUP: expected 1 to 1 groups (one per GPU), got 2"], two.stderr
+    if script == "gpu_tier_parallel":  # FIRST_GPU past the last GPU
+        env["FIRST_GPU"] = "1"
+        past = run("tests/test_nn.py")
+        assert past.returncode == 2 and past.stderr.strip() == (
+            f"{script}: FIRST_GPU: expected a GPU index from 0 to 0, got '1'"), past.stderr
+        del env["FIRST_GPU"]
     fake.write_text("#!/bin/sh\nexit 9\n")  # no GPU
     none = run("kl_div")
     assert none.returncode == 2, none.stderr

@@ -1,11 +1,11 @@
 // Solution of exercise 26 -- fuse the gradient into the forward (cosine_similarity_loss's fused rung).
 //
 // Training runs the forward, then the backward, which reads p and t from DRAM
-// again to form dL/dp. Once a block has its row's three sums, the row it has
-// just read is still in L1/L2: the fused rung writes the gradient from it
-// there, so training reads p and t from DRAM once, and the backward only
-// scales the gradient by grad_loss in place (not at all when grad_loss is 1,
-// as in loss.backward()).
+// again to form dL/dp. Once a block has its row's three sums, it can write the
+// gradient at once, and the backward only scales it by grad_loss in place (not
+// at all when grad_loss is 1, as in loss.backward()). Here the gradient reads
+// the row a second time, partly from L2; the fused rung goes one step further
+// and keeps the row in registers, so that p and t leave DRAM once.
 //
 // Contract: after block_dots every thread of the block holds the row's sums d
 // (p.t, p.p, t.t). The forward gets grad_predictions (B, D), never null here,

@@ -1,13 +1,15 @@
-// fused: the forward also writes dL/dp for grad_loss = 1; the backward only scales it.
+// fused: the forward also writes dL/dp for grad_loss = 1, from registers; the backward only scales it.
 // flaw of vectorized: training reads p and t from DRAM twice, in the forward and again
 //     in the backward.
-// idea: once the block has its row's three sums, it writes the gradient from the row it
-//     has just read, found in L2: 1024 threads a row keep two rows an SM in flight (17 MB at
-//     D = 8192, in the 50 MB L2; 256 threads kept eight, 66 MB, evicted before the second read),
-//     so training reads p and t from DRAM once; the backward scales that gradient in place by
-//     grad_loss (common/scale.cuh), not at all when grad_loss is 1. Inference runs vectorized's forward.
+// idea: each thread keeps its first TILE packs of p and t in registers while the block adds
+//     the row's three sums, then writes the gradient from them: a row of up to TILE * THREADS
+//     packs (8192 floats) leaves DRAM once, a longer one re-reads only what lies beyond the
+//     tile. Training moves 2 reads and 1 write of B x D, vectorized 4 reads and 1 write. The
+//     backward scales the gradient in place by grad_loss (common/scale.cuh), not at all when
+//     grad_loss is 1. Inference runs vectorized's forward. (Re-reading the row from L2 instead
+//     was slower than vectorized on the H200: the rows of all resident blocks overflow it.)
 // not faster: forward (it also writes the gradient; forward_backward, training, is where it pays)
-// diff bound: 45 lines (vectorized's 40-line backward goes, and the block grows to 1024 threads)
+// diff bound: 55 lines (vectorized's backward kernel goes; the tile is loaded, then stored from)
 #include "common/row_split.cuh"
 #include "common/scale.cuh"
 #include "common/sum_partials.cuh"
@@ -16,7 +18,8 @@
 
 namespace {
 
-constexpr int THREADS = 1024;  // two rows an SM: both fit in L2 until their second read
+constexpr int THREADS = 512;
+constexpr int TILE = 4;  // float4s of p and of t a thread keeps: 4 x 512 x 4 = 8192 floats a row
 
 struct Dots {
     float pt, pp, tt;
@@ -40,15 +43,16 @@ __device__ __forceinline__ Dots block_dots(Dots d) {
     return block;
 }
 
-// One row's dL/dp from its coefficients, k_other * t + k_p * p: float4 loads and stores.
-__device__ __forceinline__ void row_grad(const RowCosine& c, const float* p, const float* t, float* g, int64_t D) {
+// One row's dL/dp from its coefficients, k_other * t + k_p * p: float4 loads and stores from pack `first` on.
+__device__ __forceinline__ void row_grad(const RowCosine& c, const float* p, const float* t, float* g, int64_t D,
+                                         int64_t first) {
     const RowSplit s = split_row(D, p, t, g);  // no packs unless p, t and g are equally aligned
     const float4* p4 = reinterpret_cast<const float4*>(p + s.head);
     const float4* t4 = reinterpret_cast<const float4*>(t + s.head);
     float4* g4 = reinterpret_cast<float4*>(g + s.head);
     auto grad = [&](float pj, float tj) { return c.k_other * tj + c.k_p * pj; };
 #pragma unroll 4
-    for (int64_t k = threadIdx.x; k < s.packs; k += THREADS) {
+    for (int64_t k = first + threadIdx.x; k < s.packs; k += THREADS) {
         const float4 a = p4[k], b = t4[k];
         g4[k] = make_float4(grad(a.x, b.x), grad(a.y, b.y), grad(a.z, b.z), grad(a.w, b.w));
     }
@@ -65,13 +69,24 @@ __global__ void __launch_bounds__(THREADS) forward_kernel(
     const int64_t row = blockIdx.x;  // one block per row
     const float* p = predictions + row * D;
     const float* t = targets + row * D;
-    const RowSplit s = split_row(D, p, t);  // s.head scalars, s.packs float4s, then the tail
+    float* g = grad_predictions + row * D;
+    const RowSplit s = split_row(D, p, t, g);  // g too: the gradient is stored in the same packs
     const float4* p4 = reinterpret_cast<const float4*>(p + s.head);
     const float4* t4 = reinterpret_cast<const float4*>(t + s.head);
     Dots d{0.0f, 0.0f, 0.0f};
     auto add = [&](float pj, float tj) { d.pt += pj * tj, d.pp += pj * pj, d.tt += tj * tj; };
+    float4 pr[TILE], tr[TILE];  // packs threadIdx.x + i * THREADS: all 2 * TILE loads in flight at once
+    const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+    for (int i = 0; i < TILE; ++i) {
+        const int64_t k = threadIdx.x + i * THREADS;
+        pr[i] = k < s.packs ? p4[k] : zero, tr[i] = k < s.packs ? t4[k] : zero;
+    }
+#pragma unroll
+    for (int i = 0; i < TILE; ++i)
+        add(pr[i].x, tr[i].x), add(pr[i].y, tr[i].y), add(pr[i].z, tr[i].z), add(pr[i].w, tr[i].w);
 #pragma unroll 4
-    for (int64_t k = threadIdx.x; k < s.packs; k += THREADS) {
+    for (int64_t k = TILE * THREADS + threadIdx.x; k < s.packs; k += THREADS) {  // beyond the tile
         const float4 a = p4[k], b = t4[k];
         add(a.x, b.x), add(a.y, b.y), add(a.z, b.z), add(a.w, b.w);
     }
@@ -80,7 +95,16 @@ __global__ void __launch_bounds__(THREADS) forward_kernel(
     d = block_dots(d);
     const RowCosine c = row_cosine(d.pt, d.pp, d.tt, eps, -1.0f / float(B));
     if (threadIdx.x == 0) row_partials[row] = 1.0f - c.cos;
-    row_grad(c, p, t, grad_predictions + row * D, D);  // from the row this block has just read (in L1/L2)
+    auto grad = [&](float pj, float tj) { return c.k_other * tj + c.k_p * pj; };
+    float4* g4 = reinterpret_cast<float4*>(g + s.head);
+#pragma unroll
+    for (int i = 0; i < TILE; ++i) {  // the tile's gradient, from registers
+        const int64_t k = threadIdx.x + i * THREADS;
+        if (k < s.packs)
+            g4[k] = make_float4(grad(pr[i].x, tr[i].x), grad(pr[i].y, tr[i].y), grad(pr[i].z, tr[i].z),
+                                grad(pr[i].w, tr[i].w));
+    }
+    row_grad(c, p, t, g, D, TILE * THREADS);  // beyond the tile, the head and the tail: read again
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // The cosine_similarity_loss teaching ladder: one idea per step, float32, eps = 1e-8
 // and dL/dpredictions only; the production rungs (kernels/cosine_similarity_loss/
-// <rung>.cu) add dtypes, the targets' gradient, one-kernel forwards and a register tile.
+// <rung>.cu) add dtypes, the targets' gradient and one-kernel forwards.
 //
 // Each kernels/cosine_similarity_loss/ladder/<rung>.cu defines
 // cosine_similarity_loss_<rung>_forward and _backward with launchers.h's signatures; they
@@ -12,7 +12,7 @@
 //   shared_memory  one block per row, coalesced; a tree of the three sums in shared memory
 //   warp_shuffle   the block's three sums with __shfl_xor_sync, one slot per warp
 //   vectorized     float4 loads and stores, a scalar head and tail
-//   fused          the forward writes the gradient too: the inputs read once from DRAM
+//   fused          the forward writes the gradient too, from registers: the inputs read once
 #pragma once
 #include "cosine_similarity_loss/launchers.h"
 

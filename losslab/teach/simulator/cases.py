@@ -369,11 +369,16 @@ def cosine_case(name: str, B: int, D: int, seed: int, offset_p: int = 0, offset_
 
 def cosine_cases() -> list[Case]:
     """cosine_similarity_loss's standard cases: aligned, odd width, one element, a misaligned view,
-    the inputs at different offsets, a zero row (its norm clamped to eps) and identical rows."""
+    the inputs at different offsets, a zero row (its norm clamped to eps), identical rows, and a
+    row longer than the fused rung's register tile (8192 floats), whose rest is read twice."""
     zero = cosine_case("a zero row of predictions (3 x 300)", 3, 300, seed=5)
     zero.p[300:600] = 0.0
     same = cosine_case("identical rows 0 and 2 (3 x 300)", 3, 300, seed=6)
     same.t[:300], same.t[600:] = same.p[:300], same.p[600:]
+    # eighths: every sum of products is exact in float32, in any order (8300 random-sign products
+    # summed in naive's one-thread loop would otherwise lose digits to cancellation)
+    long = cosine_case("2 x 8300 (longer than fused's register tile)", 2, 8300, seed=7)
+    long.p, long.t = np.round(long.p * 8) / 8, np.round(long.t * 8) / 8
     return [
         cosine_case("3 x 1000", 3, 1000, seed=0),
         cosine_case("2 x 37 (odd width)", 2, 37, seed=1),
@@ -383,6 +388,7 @@ def cosine_cases() -> list[Case]:
         cosine_case("predictions and targets at different offsets (2 x 300)", 2, 300, seed=4, offset_p=1, offset_t=2),
         zero,
         same,
+        long,
     ]
 
 
