@@ -152,10 +152,11 @@ def recorded_dir(results_dir) -> Path:
     return results_dir
 
 
-def _quiet_host_us(fn, rounds: int = 10, calls: int = 50) -> float:
-    """Host time of one ``fn()`` in us: the least, over ``rounds``, of the median of ``calls``
-    single calls, each timed on the host alone after a synchronisation (so that no kernel
-    fills the launch queue and makes the host wait).
+def _quiet_host_us(*fns, rounds: int = 10, calls: int = 50) -> float | tuple[float, ...]:
+    """Host time of one call of each of ``fns`` in us (a float for one function, else a tuple):
+    the least, over ``rounds``, of the median of ``calls`` single calls, each timed on the host
+    alone after a synchronisation (so that no kernel fills the launch queue and makes the host
+    wait). The functions take turns round by round, so that each meets the same host.
 
     The GPU machines' host time drifts by up to half over seconds, PyTorch's own calls as much
     as ours (``torch.empty(())`` 3.5-7.3 us, ``F.cross_entropy`` 15-23 us in one H100 process,
@@ -163,9 +164,12 @@ def _quiet_host_us(fn, rounds: int = 10, calls: int = 50) -> float:
     """
     from losslab.measure.timing import single_call_host_us
 
-    for _ in range(20):
-        fn()
-    return min(single_call_host_us(fn, calls) for _ in range(rounds))
+    for fn in fns:
+        for _ in range(20):
+            fn()
+    best = [min(times) for times in zip(*([single_call_host_us(fn, calls) for fn in fns] for _ in range(rounds)),
+                                        strict=True)]
+    return best[0] if len(fns) == 1 else tuple(best)
 
 
 @pytest.fixture

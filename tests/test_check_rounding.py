@@ -1,6 +1,7 @@
-"""The 16-bit tolerance of the float64 checks (measure.check.rounding_allowance), on the CPU: what a
+"""The tolerances of the float64 checks on the CPU. 16-bit (measure.check.rounding_allowance): what a
 correct float16 kernel must round (results below the smallest normal, a gradient rounded twice by a
-fused rung) passes; a kernel that loses those results (flushes subnormals to zero) still fails."""
+fused rung) passes; a kernel that loses those results (flushes subnormals to zero) still fails. A
+gradient that is exactly 0 in float64 but made of cancelling terms: held to the terms' size."""
 import pytest
 import torch
 
@@ -86,3 +87,49 @@ def test_an_overflowing_rounding_gives_no_allowance():
     loss, grad = check.rounding_allowance(torch.tensor(1e5, dtype=torch.float64),
                                           torch.full((4,), 1e5, dtype=torch.float64), torch.float16)
     assert loss == 0.0 and grad == 0.0
+
+
+COSINE = problems.get("cosine_similarity_loss")
+
+
+class EmulatedCosine(PythonVariant):
+    """The float32 arithmetic of cosine_similarity_loss's kernels (kernels/cosine_similarity_loss/
+    cosine.cuh): dL/dp = k_other t + k_p p for grad_loss = 1, then scaled by grad_loss; ``bias`` adds
+    a wrong constant to the gradient."""
+
+    problem = COSINE
+    dtypes = (torch.float32,)
+
+    def __init__(self, bias=0.0):
+        self.name, self.bias = "emulated_cosine", bias
+
+    def validate(self, *inputs):  # CPU tensors: skip the device check
+        pass
+
+    def launch_forward(self, inputs, out=None, needs_grad=False, grad_out=None):
+        p, t = (x.detach().float() for x in inputs)
+        norm_p, norm_t = p.norm(dim=1), t.norm(dim=1)
+        a, b = norm_p.clamp_min(1e-8), norm_t.clamp_min(1e-8)
+        cos = (p * t).sum(dim=1) / a / b
+        scale = -1.0 / p.shape[0]
+        k_other, k_p = scale / a / b, -scale * (cos / a / norm_p)
+        grad = k_other[:, None] * t + k_p[:, None] * p + self.bias
+        loss = (1 - cos).mean()
+        return (loss if out is None else out.copy_(loss)), (grad,)
+
+    def launch_backward(self, saved, grad_loss, out=None):
+        grad = saved[0] * grad_loss.float()
+        return grad if out is None else out.copy_(grad)
+
+
+def test_a_one_element_cosine_gradient_is_held_to_the_size_of_its_cancelled_terms():
+    # 1 x 1: cos = +-1 and dL/dp is exactly 0 in float64, but float32 leaves rounding noise of
+    # size 1 / |p|; as an absolute error it failed the H200 record's check (1.02e-6 vs 1e-6)
+    seed = next(s for s in range(1000) if COSINE.make_inputs((1, 1), seed=s, device="cpu")[0].abs() < 0.05)
+    inputs = COSINE.make_inputs((1, 1), seed=seed, device="cpu")
+    _, backward = check.check_inputs(COSINE, EmulatedCosine(), inputs, "cpu")
+    assert backward.passed, backward
+    grad = EmulatedCosine().launch_forward(inputs)[1][0] * check.GRAD_LOSS
+    assert grad.abs().max() > check.TOLERANCES[torch.float32][1]  # what the absolute error refused
+    _, wrong = check.check_inputs(COSINE, EmulatedCosine(bias=1e-3), inputs, "cpu")
+    assert not wrong.passed, wrong

@@ -56,6 +56,14 @@ class CosineSimilarityLoss(Problem):
             x *= 10 ** torch.empty(rows, 1, device=device).uniform_(-1, 1, generator=gen)
         return predictions.to(dtype), targets.to(dtype)
 
+    def cancelled_gradient_scale(self, predictions: torch.Tensor, targets: torch.Tensor) -> float:
+        """The size of dL/dp's terms where its float64 value is exactly 0 (rows of one element,
+        cos = +-1): alpha t and beta p cancel, each of norm 1 / (B max(|p|, eps)) a row, so float32
+        leaves rounding noise of that size. ``measure.check`` measures the gradient's error against
+        it (against 1, an absolute error, a row with |p| below 0.1 failed the float32 tolerance)."""
+        p = predictions.detach().double()
+        return torch.linalg.vector_norm(1.0 / (p.shape[0] * p.norm(dim=1).clamp_min(1e-8))).item()
+
     def validate(self, predictions, targets) -> None:
         validate_inputs(predictions, targets)
 
