@@ -4,8 +4,10 @@
 // again to form dL/dp. Once a block has its row's three sums, it can write the
 // gradient at once, and the backward only scales it by grad_loss in place (not
 // at all when grad_loss is 1, as in loss.backward()). Here the gradient reads
-// the row a second time, partly from L2; the fused rung goes one step further
-// and keeps the row in registers, so that p and t leave DRAM once.
+// the row a second time, partly from L2 (it need not beat vectorized: how much
+// of the row is still in L2 depends on how many rows are in flight, so a slow
+// time is not your bug); the fused rung goes one step further and keeps the
+// row in registers, so that p and t leave DRAM once (rows of up to 8192 floats).
 //
 // Contract: after block_dots every thread of the block holds the row's sums d
 // (p.t, p.p, t.t). The forward gets grad_predictions (B, D), never null here,
