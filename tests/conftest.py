@@ -167,9 +167,9 @@ def _quiet_host_us(*fns, rounds: int = 10, calls: int = 50) -> float | tuple[flo
     for fn in fns:
         for _ in range(20):
             fn()
-    best = [min(times) for times in zip(*([single_call_host_us(fn, calls) for fn in fns] for _ in range(rounds)),
-                                        strict=True)]
-    return best[0] if len(fns) == 1 else tuple(best)
+    rounds_us = [[single_call_host_us(fn, calls) for fn in fns] for _ in range(rounds)]  # a row a round
+    best = tuple(min(column) for column in zip(*rounds_us, strict=True))
+    return best[0] if len(fns) == 1 else best
 
 
 @pytest.fixture
