@@ -64,3 +64,34 @@ def test_descriptions_count_what_exists():
     rungs = len(problems.get("kl_div").variants)
     assert f"{NUMBER_WORDS[rungs]} rungs" in about["01_kl_div"]
     assert f"{len(exercises.EXERCISES)} graded exercises" in about["05_your_turn"]
+
+
+def test_a_toolkit_program_that_fails_to_start_once_is_started_again(monkeypatch, tmp_path):
+    """cuobjdump (or nvcc) whose start fails with a transient error (ETXTBSY, as on a busy CI machine)
+    is started again; a lasting error is one BuildError naming the program and the reason."""
+    import errno
+    import subprocess
+
+    import pytest
+
+    from losslab.build import sass
+
+    starts = []
+
+    def run(cmd, **kwargs):
+        starts.append(cmd)
+        if len(starts) == 1:
+            raise OSError(errno.ETXTBSY, "Text file busy", cmd[0])
+        return subprocess.CompletedProcess(cmd, 0, "\n        Function : kernel_a\n  SASS A\n", "")
+
+    monkeypatch.setattr(sass.subprocess, "run", run)
+    monkeypatch.setattr(sass.time, "sleep", lambda s: None)
+    monkeypatch.setattr(sass, "find_cuobjdump", lambda: tmp_path / "cuobjdump")
+    assert list(sass.disassemble(tmp_path / "a.cubin")) == ["kernel_a"] and len(starts) == 2
+
+    def missing(cmd, **kwargs):
+        raise FileNotFoundError(errno.ENOENT, "No such file or directory", cmd[0])
+
+    monkeypatch.setattr(sass.subprocess, "run", missing)
+    with pytest.raises(build.BuildError, match=r"could not start .*cuobjdump: .*No such file"):
+        sass.disassemble(tmp_path / "a.cubin")

@@ -6,12 +6,34 @@ shared memory); ``disassemble`` gives each kernel's SASS.
 """
 from __future__ import annotations
 
+import errno
 import re
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from losslab.build.extension import KERNELS, NVCC_FLAGS, BuildError, find_tool, nvcc_path
+
+# A start can fail for a moment on a busy machine (ETXTBSY, EAGAIN, ENOMEM: CI's 2 cores once failed two
+# cuobjdump starts in a row), so it is tried again; a missing or forbidden program is not.
+_LASTING = frozenset({errno.ENOENT, errno.EACCES, errno.ENOEXEC, errno.ENOTDIR})
+_RETRY_S = (0.5, 2.0, 5.0)
+
+
+def _run(cmd: list[str]) -> subprocess.CompletedProcess:
+    """``cmd``'s completed process (text output), its start tried again after an error that can pass.
+
+    Raises:
+        BuildError: the program could not be started (with the system's reason).
+    """
+    for wait in (*_RETRY_S, None):
+        try:
+            return subprocess.run(cmd, capture_output=True, text=True)
+        except OSError as err:
+            if err.errno in _LASTING or wait is None:
+                raise BuildError(f"could not start {cmd[0]}: {err}") from err
+            time.sleep(wait)
 
 
 @dataclass(frozen=True)
@@ -34,13 +56,13 @@ def compile_cubin(source: Path, arch: str, out_dir: Path, flags: tuple[str, ...]
     Returns the cubin's path and ptxas's verbose report.
 
     Raises:
-        BuildError: nvcc missing or compilation failed (with the compiler's message).
+        BuildError: nvcc missing or not started, or compilation failed (with the compiler's message).
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     cubin = out_dir / f"{source.parent.name}_{source.stem}_{arch}.cubin"
     cmd = [str(nvcc_path()), *NVCC_FLAGS, *flags, "-cubin", f"-arch={arch}", "-Xptxas", "-v",
            "-I", str(KERNELS), str(source), "-o", str(cubin)]
-    result = subprocess.run(cmd, capture_output=True, text=True)
+    result = _run(cmd)
     if result.returncode != 0:
         raise BuildError(f"nvcc failed on {source} for {arch}:\n{result.stderr}")
     return cubin, result.stderr
@@ -95,7 +117,7 @@ def disassemble(cubin: Path) -> dict[str, str]:
     Raises:
         BuildError: cuobjdump missing or failing (it needs nvdisasm beside it).
     """
-    run = subprocess.run([str(find_cuobjdump()), "--dump-sass", str(cubin)], capture_output=True, text=True)
+    run = _run([str(find_cuobjdump()), "--dump-sass", str(cubin)])
     if run.returncode != 0:  # e.g. nvdisasm, which it runs, missing: `pip install nvidia-cuda-nvdisasm`
         raise BuildError(f"cuobjdump --dump-sass {cubin} failed: {run.stderr.strip() or run.stdout.strip()}")
     text = run.stdout
