@@ -21,6 +21,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import torch
 
 from losslab import build, problems
 from losslab.build import prebuilt
@@ -175,9 +176,13 @@ def test_the_installed_wheel_serves_the_command_line_and_the_exercises(installed
     run = lambda *args, env=env: subprocess.run([python, "-m", "losslab", *args], capture_output=True, text=True,
                                                  env=env, cwd=python.parents[2])  # noqa: E731
     assert all(problem in run("list").stdout for problem in LOSSES)
+    # without a GPU the evaluator's verdict comes before anything of the loss is read: one loss is enough
+    judged_losses = LOSSES if torch.cuda.is_available() else LOSSES[:1]
     for problem in LOSSES:
         exported = run("export", problem, problems.get(problem).variants[-1]).stdout
         assert "class ModelNew" in exported
+        if problem not in judged_losses:
+            continue
         # and the evaluator judges it from the wheel (a verdict, on a GPU or not; never a traceback)
         answer = python.parents[2] / f"answer_{problem}.py"
         answer.write_text(exported)

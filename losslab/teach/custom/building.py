@@ -107,8 +107,8 @@ def _write_if_changed(path: Path, text: str) -> None:
 
 @dataclass
 class CompiledSource:
-    """A source nvcc compiled for one architecture (``object_path`` holds its machine code,
-    for SASS), with the warnings in the user's line numbers."""
+    """A source nvcc compiled for one architecture (``object_path``: its cubin, for SASS), with the
+    warnings in the user's line numbers."""
 
     problem: problems.Problem
     name: str
@@ -141,8 +141,9 @@ def _check_arguments(problem: problems.Problem, source: str, name: str, backward
 
 def check_source(problem: problems.Problem | str, source: str, name: str = "custom", *, backward: str | None = None,
                  root: Path | None = None) -> CompiledSource:
-    """Compile ``source`` with nvcc for one architecture (no GPU, no Python binding): the
-    fast first step of building a variant, and what a machine without a GPU can still do.
+    """Compile ``source`` with nvcc to a cubin for one architecture (nvcc's front end checks the host
+    code too; no host compiler, no GPU, no Python binding): the fast first step of building a
+    variant, and what a machine without a GPU can still do.
 
     Args:
         problem: a Problem, or its name (looked up here).
@@ -163,12 +164,14 @@ def check_source(problem: problems.Problem | str, source: str, name: str = "cust
     _write_if_changed(folder / WRAPPER, wrapper_source(problem, name, use_own))
     _write_if_changed(folder / BINDING, binding_source(problem, use_own))
     arch = _first_arch()
-    obj, log = folder / f"check_{arch}.o", folder / f"check_{arch}.log"
+    obj, log = folder / f"check_{arch}.cubin", folder / f"check_{arch}.log"
     if obj.exists() and log.exists():  # this exact source compiled before
         output, returncode = log.read_text(), 0
     else:
-        cmd = [str(build.nvcc_path()), *build.NVCC_FLAGS, *TORCH_CUDA_FLAGS, "-c", f"-arch={arch}",
-               "-Xcompiler", "-fPIC", "-I", str(build.KERNELS), WRAPPER, "-o", obj.name]
+        # -cubin: nvcc's front end still checks the host code, but no host compiler runs (half the time);
+        # build_module compiles the whole file
+        cmd = [str(build.nvcc_path()), *build.NVCC_FLAGS, *TORCH_CUDA_FLAGS, "-cubin", f"-arch={arch}",
+               "-I", str(build.KERNELS), WRAPPER, "-o", obj.name]
         result = subprocess.run(cmd, capture_output=True, text=True, cwd=folder)
         output, returncode = result.stdout + result.stderr, result.returncode
         if returncode == 0:
