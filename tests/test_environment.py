@@ -1,6 +1,12 @@
 """What this machine can do (losslab.teach.environment, notebook 00): the tools found, and a
 notebook map that names the notebooks as they are in notebooks/ and describes them truly."""
+import errno
+import subprocess
+
+import pytest
+
 from losslab import build, problems
+from losslab.build import sass
 from losslab.teach import environment, exercises
 
 NUMBER_WORDS = {3: "three", 4: "four", 5: "five", 6: "six", 7: "seven"}
@@ -69,13 +75,6 @@ def test_descriptions_count_what_exists():
 def test_a_toolkit_program_that_fails_to_start_once_is_started_again(monkeypatch, tmp_path):
     """cuobjdump (or nvcc) whose start fails with a transient error (ETXTBSY, as on a busy CI machine)
     is started again; a lasting error is one BuildError naming the program and the reason."""
-    import errno
-    import subprocess
-
-    import pytest
-
-    from losslab.build import sass
-
     starts = []
 
     def run(cmd, **kwargs):

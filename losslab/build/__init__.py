@@ -25,11 +25,11 @@ from losslab.build.extension import (
     nvcc_path,
     sources,
 )
-from losslab.build.sass import KernelResources, compile_cubin, disassemble, find_cuobjdump, resource_usage
+from losslab.build.sass import KernelResources, compile_cubin, disassemble, find_cuobjdump, resource_usage, run_tool
 
 __all__ = [
     "CSRC", "DEFAULT_ARCHS", "KERNELS", "NVCC_FLAGS", "ROOT", "BuildError", "KernelResources", "compile_cubin",
     "compile_error_line", "cuda_arch_list", "define_flags", "disassemble", "dtype_code", "extension_name",
     "find_cuda_home", "find_cuobjdump", "find_tool", "knobs", "load_extension", "nvcc_path", "resource_usage",
-    "sources",
+    "run_tool", "sources",
 ]

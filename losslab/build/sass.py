@@ -21,15 +21,16 @@ _LASTING = frozenset({errno.ENOENT, errno.EACCES, errno.ENOEXEC, errno.ENOTDIR})
 _RETRY_S = (0.5, 2.0, 5.0)
 
 
-def _run(cmd: list[str]) -> subprocess.CompletedProcess:
-    """``cmd``'s completed process (text output), its start tried again after an error that can pass.
+def run_tool(cmd: list[str], cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """``cmd`` (a toolkit program: nvcc, cuobjdump) run in ``cwd``: its completed process, text output,
+    its start tried again after an error that can pass.
 
     Raises:
         BuildError: the program could not be started (with the system's reason).
     """
     for wait in (*_RETRY_S, None):
         try:
-            return subprocess.run(cmd, capture_output=True, text=True)
+            return subprocess.run(cmd, capture_output=True, text=True, cwd=cwd)
         except OSError as err:
             if err.errno in _LASTING or wait is None:
                 raise BuildError(f"could not start {cmd[0]}: {err}") from err
@@ -62,7 +63,7 @@ def compile_cubin(source: Path, arch: str, out_dir: Path, flags: tuple[str, ...]
     cubin = out_dir / f"{source.parent.name}_{source.stem}_{arch}.cubin"
     cmd = [str(nvcc_path()), *NVCC_FLAGS, *flags, "-cubin", f"-arch={arch}", "-Xptxas", "-v",
            "-I", str(KERNELS), str(source), "-o", str(cubin)]
-    result = _run(cmd)
+    result = run_tool(cmd)
     if result.returncode != 0:
         raise BuildError(f"nvcc failed on {source} for {arch}:\n{result.stderr}")
     return cubin, result.stderr
@@ -117,7 +118,7 @@ def disassemble(cubin: Path) -> dict[str, str]:
     Raises:
         BuildError: cuobjdump missing or failing (it needs nvdisasm beside it).
     """
-    run = _run([str(find_cuobjdump()), "--dump-sass", str(cubin)])
+    run = run_tool([str(find_cuobjdump()), "--dump-sass", str(cubin)])
     if run.returncode != 0:  # e.g. nvdisasm, which it runs, missing: `pip install nvidia-cuda-nvdisasm`
         raise BuildError(f"cuobjdump --dump-sass {cubin} failed: {run.stderr.strip() or run.stdout.strip()}")
     text = run.stdout

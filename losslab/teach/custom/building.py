@@ -154,7 +154,7 @@ def check_source(problem: problems.Problem | str, source: str, name: str = "cust
     Raises:
         ValueError: unknown problem, a name that is not a C identifier, an empty source.
         CustomCompileError: nvcc's errors, with the source's line numbers.
-        build.BuildError: no nvcc here.
+        build.BuildError: no nvcc here, or it could not be started.
     """
     problem = problems.get(problem)
     use_own = _check_arguments(problem, source, name, backward)
@@ -172,7 +172,7 @@ def check_source(problem: problems.Problem | str, source: str, name: str = "cust
         # build_module compiles the whole file
         cmd = [str(build.nvcc_path()), *build.NVCC_FLAGS, *TORCH_CUDA_FLAGS, "-cubin", f"-arch={arch}",
                "-I", str(build.KERNELS), WRAPPER, "-o", obj.name]
-        result = subprocess.run(cmd, capture_output=True, text=True, cwd=folder)
+        result = build.run_tool(cmd, cwd=folder)
         output, returncode = result.stdout + result.stderr, result.returncode
         if returncode == 0:
             log.write_text(output)
