@@ -12,7 +12,8 @@
 //   shared_memory  one block per row, coalesced; a tree of the three sums in shared memory
 //   warp_shuffle   the block's three sums with __shfl_xor_sync, one slot per warp
 //   vectorized     float4 loads and stores, a scalar head and tail
-//   fused          the forward writes the gradient too, from registers: the inputs read once
+//   fused          the forward writes the gradient too, from registers: rows of up to 8192
+//                  floats read once
 #pragma once
 #include "cosine_similarity_loss/launchers.h"
 
