@@ -20,9 +20,9 @@ typedef cudaError_t cosine_similarity_loss_forward_fn(
     const void* targets,      // (B, D) of dtype
     float* row_dots,          // (3, B) for the backward: each row's p.t, p.p and t.t (unwritten by a rung
                               // that writes the gradient in its forward)
-    float* row_partials,      // (B + 4,) scratch, 16-byte aligned: each row's 1 - cos in the first B; the last
-                              // 16 bytes are the launcher's (a one-kernel forward's ticket while a graph is
-                              // captured: common/stream_workspace.cuh)
+    float* row_partials,      // (B + 4,) scratch, 16-byte aligned: the 1 - cos of each row (or of each block's
+                              // rows) first; the last 16 bytes are the launcher's (a one-kernel forward's
+                              // ticket while a graph is captured: common/stream_workspace.cuh)
     void* loss,               // () of dtype: sum of the rows' 1 - cos / B
     void* grad_predictions,   // (B, D) of dtype: dL/dp for grad_loss = 1, written by a rung that fuses the
                               // gradient into its forward (it requires one); the others ignore it (null)

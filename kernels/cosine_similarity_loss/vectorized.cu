@@ -4,6 +4,7 @@
 // it keeps each row's dots for the backward and its last block writes the loss. The
 // backward reads p, t and the dots again and writes dL/dp (and dL/dt where asked).
 // Also F.cosine_similarity itself (rows_forward, rows_backward): each row's cos.
+#include <algorithm>
 #include "common/dispatch.cuh"
 #include "common/stream_workspace.cuh"
 #include "cosine_similarity_loss/launchers.h"
@@ -17,13 +18,20 @@
 #ifndef LOSSLAB_COSINE_SIMILARITY_LOSS_VECTORIZED_TILE
 #define LOSSLAB_COSINE_SIMILARITY_LOSS_VECTORIZED_TILE 4  // 16-byte loads in flight per tensor: 1 2 4 8
 #endif
+#ifndef LOSSLAB_COSINE_SIMILARITY_LOSS_VECTORIZED_BLOCKS
+#define LOSSLAB_COSINE_SIMILARITY_LOSS_VECTORIZED_BLOCKS 2048  // blocks at most (rows take turns): 1024 2048 4096 65536
+#endif
 constexpr int THREADS = LOSSLAB_COSINE_SIMILARITY_LOSS_VECTORIZED_THREADS;
 constexpr int TILE = LOSSLAB_COSINE_SIMILARITY_LOSS_VECTORIZED_TILE;
+constexpr int BLOCKS = LOSSLAB_COSINE_SIMILARITY_LOSS_VECTORIZED_BLOCKS;
 static_assert(THREADS >= 64 && THREADS <= 1024 && THREADS % 32 == 0,
               "LOSSLAB_COSINE_SIMILARITY_LOSS_VECTORIZED_THREADS: a multiple of 32 from 64 to 1024 (whole warps)");
 static_assert(TILE >= 1 && TILE <= 8, "LOSSLAB_COSINE_SIMILARITY_LOSS_VECTORIZED_TILE: 1 to 8");
+static_assert(BLOCKS >= 1, "LOSSLAB_COSINE_SIMILARITY_LOSS_VECTORIZED_BLOCKS: at least 1");
 
-// One kernel (the last block writes the loss); its ticket is the stream's (stream_workspace.cuh).
+// One kernel (the last block writes the loss), at most BLOCKS blocks: each publishes one partial,
+// so a long batch pays a fence and a ticket per block, not per row. Its ticket is the stream's
+// (stream_workspace.cuh).
 cudaError_t cosine_similarity_loss_vectorized_forward(const void* predictions, const void* targets, float* row_dots,
                                                       float* row_partials, void* loss,
                                                       void* /*grad_predictions: not fused*/,
@@ -35,7 +43,7 @@ cudaError_t cosine_similarity_loss_vectorized_forward(const void* predictions, c
     if (err != cudaSuccess) return err;
     return dispatch_dtype(dtype, [&](auto tag) {
         using T = decltype(tag);
-        forward_rows<T, THREADS, TILE, false><<<B, THREADS, 0, stream>>>(
+        forward_rows<T, THREADS, TILE, false><<<std::min<int64_t>(B, BLOCKS), THREADS, 0, stream>>>(
             static_cast<const T*>(predictions), static_cast<const T*>(targets), row_dots, nullptr, row_partials,
             ticket, static_cast<T*>(loss), nullptr, nullptr, B, D, eps);
         return cudaGetLastError();

@@ -27,7 +27,8 @@ cudaError_t triplet_margin_loss_fused_forward(const void* anchor, const void* po
                                               int64_t D, DType dtype, cudaStream_t stream) {
     if (grad_anchor == nullptr) return cudaErrorInvalidValue;
     return dispatch_dtype(dtype, [&](auto tag) {
-        return triplet_rows<decltype(tag), THREADS, CACHE>(anchor, positive, negative, grad_anchor, nullptr,
+        using T = decltype(tag);
+        return triplet_rows<T, row_block<T>(THREADS), CACHE>(anchor, positive, negative, grad_anchor, nullptr,
             nullptr, row_losses, loss, nullptr, nullptr, 0, N, D, TRIPLET_DEFAULTS, stream);
     });
 }
@@ -48,7 +49,8 @@ cudaError_t triplet_margin_loss_fused_options_forward(
     if (reduction == TRIPLET_NONE || !(grad_anchor || grad_positive || grad_negative)) return cudaErrorInvalidValue;
     const TripletOptions opt{margin, eps, swap, reduction};
     return dispatch_dtype(dtype, [&](auto tag) {
-        return triplet_rows<decltype(tag), THREADS, CACHE>(anchor, positive, negative, grad_anchor, grad_positive,
+        using T = decltype(tag);
+        return triplet_rows<T, row_block<T>(THREADS), CACHE>(anchor, positive, negative, grad_anchor, grad_positive,
             grad_negative, row_losses, loss, nullptr, nullptr, 0, N, D, opt, stream);
     });
 }

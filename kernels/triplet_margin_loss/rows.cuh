@@ -136,9 +136,17 @@ __global__ void __launch_bounds__(THREADS) triplet_rows_kernel(const TripletRows
         r.row_losses[row] = row_loss;
 }
 
-// One launch of the row kernel for element type T: N blocks (one row each), the ticket the stream's
-// where the loss is written. The rungs' launchers pick T with dispatch_dtype.
-template <typename T, int THREADS, int CACHE>
+// THREADS is a float32 row's block: a 16-bit row holds half the bytes, so half the threads keep as
+// many packs each in flight (32768 x 8192 bfloat16 on an H100: 512 threads, forward 0.752 ms, 72 %
+// of DRAM; 256 threads 0.533 ms; fused forward+backward 1.060 -> 0.721 ms).
+template <typename T>
+constexpr int row_block(int threads) {
+    return sizeof(T) == 2 && threads % 64 == 0 ? threads / 2 : threads;
+}
+
+// One launch of the row kernel for element type T: N blocks of BLOCK threads (one row each), the
+// ticket the stream's where the loss is written. The rungs' launchers pick T with dispatch_dtype.
+template <typename T, int BLOCK, int CACHE>
 cudaError_t triplet_rows(const void* a, const void* p, const void* n, void* ga, void* gp, void* gn,
                          float* row_losses, void* loss, const void* scalar_grad, const float* grad, int per_row,
                          int64_t N, int64_t D, TripletOptions opt, cudaStream_t stream) {
@@ -153,10 +161,6 @@ cudaError_t triplet_rows(const void* a, const void* p, const void* n, void* ga, 
                            static_cast<T*>(ga), static_cast<T*>(gp), static_cast<T*>(gn), row_losses, ticket,
                            static_cast<T*>(loss), static_cast<const T*>(scalar_grad), grad, per_row, D,
                            opt.reduction == TRIPLET_MEAN ? float(N) : 1.0f, opt};
-    // THREADS is a float32 row's block: a 16-bit row holds half the bytes, so half the threads keep as
-    // many packs each in flight (32768 x 8192 bfloat16 on an H100: 512 threads, forward 0.752 ms, 72 %
-    // of DRAM; 256 threads 0.533 ms; fused forward+backward 1.060 -> 0.721 ms)
-    constexpr int BLOCK = sizeof(T) == 2 && THREADS % 64 == 0 ? THREADS / 2 : THREADS;
     triplet_rows_kernel<T, BLOCK, CACHE><<<static_cast<unsigned int>(N), BLOCK, 0, stream>>>(r);
     return cudaGetLastError();
 }
