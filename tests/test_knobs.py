@@ -23,7 +23,7 @@ DEFAULTS = {
     ("cross_entropy", "vectorized"): {"FORWARD_WARPS": 8, "BACKWARD_WARPS": 4, "UNROLL": 8},
     ("cross_entropy", "fused"): {"THREADS": 128, "TILE": 8}, ("cross_entropy", "cluster"): {"THREADS": 256},
     ("hinge_loss", "naive"): {"THREADS": 256}, ("hinge_loss", "shared_memory"): {"THREADS": 256},
-    ("hinge_loss", "warp_shuffle"): {"THREADS": 256}, ("hinge_loss", "vectorized"): {"THREADS": 256, "UNROLL": 4},
+    ("hinge_loss", "warp_shuffle"): {"THREADS": 256}, ("hinge_loss", "vectorized"): {"THREADS": 512, "UNROLL": 4},
     ("hinge_loss", "fused"): {"THREADS": 256, "UNROLL": 4},
     ("triplet_margin_loss", "vectorized"): {"THREADS": 512, "CACHE": 4, "FORWARD_THREADS": 256,
                                               "FORWARD_CACHE": 2},
