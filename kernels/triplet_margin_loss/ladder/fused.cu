@@ -3,7 +3,6 @@
 // work when grad_loss is 1). vectorized's backward read the three (N, D) inputs from DRAM a
 // second time: fused reads them once from DRAM, the forward's second sweep of its row hitting
 // the caches.
-// diff bound: 45 lines (the backward kernel goes: its gradient loops move into the forward)
 // not faster: forward (it also writes the gradient: inference runs vectorized's forward)
 #include "common/reduce.cuh"
 #include "common/scale.cuh"
@@ -44,10 +43,8 @@ __device__ __forceinline__ bool packed(const float* a, const float* p, const flo
 __device__ __forceinline__ float4 load4(const float* x, int64_t i) { return reinterpret_cast<const float4*>(x)[i]; }
 
 __device__ __forceinline__ void add_pack(Squares& s, float4 a, float4 p, float4 n) {
-    add_squares(s, a.x, p.x, n.x);
-    add_squares(s, a.y, p.y, n.y);
-    add_squares(s, a.z, p.z, n.z);
-    add_squares(s, a.w, p.w, n.w);
+    add_squares(s, a.x, p.x, n.x), add_squares(s, a.y, p.y, n.y);
+    add_squares(s, a.z, p.z, n.z), add_squares(s, a.w, p.w, n.w);
 }
 
 __device__ __forceinline__ float4 grad_pack(float4 a, float4 p, float4 n, Coefficients c) {
@@ -69,20 +66,18 @@ forward_kernel(const float* __restrict__ anchor,    // (N, D)
     float* g = grad_anchor + row * D;
     const bool packs = packed(a, p, n, g, D);
     Squares s;
-    if (packs) {
+    if (packs)
         for (int64_t i = threadIdx.x; i < D / 4; i += THREADS) add_pack(s, load4(a, i), load4(p, i), load4(n, i));
-    } else {
+    else
         for (int64_t j = threadIdx.x; j < D; j += THREADS) add_squares(s, a[j], p[j], n[j]);
-    }
     s = block_squares(s);
     if (threadIdx.x == 0) row_losses[row] = triplet_row_loss(s);
     const Coefficients c = triplet_coefficients(s, 1.0f / float(N));
-    if (packs) {
+    if (packs)
         for (int64_t i = threadIdx.x; i < D / 4; i += THREADS)
             reinterpret_cast<float4*>(g)[i] = grad_pack(load4(a, i), load4(p, i), load4(n, i), c);
-    } else {
+    else
         for (int64_t j = threadIdx.x; j < D; j += THREADS) g[j] = triplet_grad(a[j], p[j], n[j], c);
-    }
 }
 
 }  // namespace

@@ -3,8 +3,6 @@
 // warp_shuffle issued one 4-byte load per float and input. It needs every row to start on a
 // 16-byte boundary (D a multiple of 4, the tensors aligned); other rows keep warp_shuffle's
 // scalar loop.
-// diff bound: 45 lines (a packed and a scalar path in both the forward and the backward, and the
-//     three helpers that load, add and write a pack)
 #include "common/reduce.cuh"
 #include "common/sum_partials.cuh"
 #include "triplet_margin_loss/ladder/ladder.h"
@@ -43,10 +41,8 @@ __device__ __forceinline__ bool packed(const float* a, const float* p, const flo
 __device__ __forceinline__ float4 load4(const float* x, int64_t i) { return reinterpret_cast<const float4*>(x)[i]; }
 
 __device__ __forceinline__ void add_pack(Squares& s, float4 a, float4 p, float4 n) {
-    add_squares(s, a.x, p.x, n.x);
-    add_squares(s, a.y, p.y, n.y);
-    add_squares(s, a.z, p.z, n.z);
-    add_squares(s, a.w, p.w, n.w);
+    add_squares(s, a.x, p.x, n.x), add_squares(s, a.y, p.y, n.y);
+    add_squares(s, a.z, p.z, n.z), add_squares(s, a.w, p.w, n.w);
 }
 
 __device__ __forceinline__ float4 grad_pack(float4 a, float4 p, float4 n, Coefficients c) {
@@ -65,11 +61,10 @@ forward_kernel(const float* __restrict__ anchor,    // (N, D)
     const int64_t row = blockIdx.x;  // one block per row
     const float *a = anchor + row * D, *p = positive + row * D, *n = negative + row * D;
     Squares s;
-    if (packed(a, p, n, a, D)) {
+    if (packed(a, p, n, a, D))
         for (int64_t i = threadIdx.x; i < D / 4; i += THREADS) add_pack(s, load4(a, i), load4(p, i), load4(n, i));
-    } else {
+    else
         for (int64_t j = threadIdx.x; j < D; j += THREADS) add_squares(s, a[j], p[j], n[j]);
-    }
     s = block_squares(s);
     if (threadIdx.x == 0) row_losses[row] = triplet_row_loss(s);
 }
@@ -88,18 +83,16 @@ backward_kernel(const float* __restrict__ anchor,     // (N, D)
     float* g = grad_anchor + row * D;
     const bool packs = packed(a, p, n, g, D);
     Squares s;
-    if (packs) {
+    if (packs)
         for (int64_t i = threadIdx.x; i < D / 4; i += THREADS) add_pack(s, load4(a, i), load4(p, i), load4(n, i));
-    } else {
+    else
         for (int64_t j = threadIdx.x; j < D; j += THREADS) add_squares(s, a[j], p[j], n[j]);
-    }
     const Coefficients c = triplet_coefficients(block_squares(s), *grad_loss / float(N));
-    if (packs) {
+    if (packs)
         for (int64_t i = threadIdx.x; i < D / 4; i += THREADS)
             reinterpret_cast<float4*>(g)[i] = grad_pack(load4(a, i), load4(p, i), load4(n, i), c);
-    } else {
+    else
         for (int64_t j = threadIdx.x; j < D; j += THREADS) g[j] = triplet_grad(a[j], p[j], n[j], c);
-    }
 }
 
 }  // namespace
