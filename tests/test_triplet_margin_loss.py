@@ -137,8 +137,9 @@ def test_condition_follows_the_cancellation_of_the_two_distances():
 
 # The operators' row kernel (rows.cuh) as the simulator's custom launchers, float32, at 64 threads and 2 packs
 # held a thread (rows of 1000 then read their rest again for the gradient). FORWARD_GRAD: the forward writes
-# the gradient (fused's; its backward then scales it), else the backward reads the rows again; WHICH: the
-# gradient written into the driver's buffer (0 anchor, 1 positive, 2 negative); SWAP: swap's distance.
+# the gradient (fused's; its backward then scales it), else the forward alone takes rows in turn and the
+# backward reads the rows again; WHICH: the gradient written into the driver's buffer (0 anchor, 1 positive,
+# 2 negative); SWAP: swap's distance.
 ROW_KERNEL = """
 #include "common/scale.cuh"
 #include "triplet_margin_loss/launchers.h"
@@ -149,10 +150,12 @@ constexpr TripletOptions OPTIONS{1.0f, 1e-6f, SWAP, TRIPLET_MEAN};
 cudaError_t triplet_margin_loss_custom_forward(const void* a, const void* p, const void* n, float* row_losses,
                                                void* loss, void* grad, int64_t N, int64_t D, DType dtype,
                                                cudaStream_t stream) {
-    void* g = FORWARD_GRAD ? grad : nullptr;
-    return triplet_rows<float, 64, 2>(a, p, n, WHICH == 0 ? g : nullptr, WHICH == 1 ? g : nullptr,
-                                      WHICH == 2 ? g : nullptr, row_losses, loss, nullptr, nullptr, 0, N, D, OPTIONS,
-                                      stream);
+    if (!FORWARD_GRAD)  // the forward alone: rows in turn on the 4 blocks the simulated GPU holds
+        return triplet_rows<float, 64, 2, 1>(a, p, n, nullptr, nullptr, nullptr, row_losses, loss, nullptr, nullptr,
+                                             0, N, D, OPTIONS, stream);
+    return triplet_rows<float, 64, 2>(a, p, n, WHICH == 0 ? grad : nullptr, WHICH == 1 ? grad : nullptr,
+                                      WHICH == 2 ? grad : nullptr, row_losses, loss, nullptr, nullptr, 0, N, D,
+                                      OPTIONS, stream);
 }
 
 cudaError_t triplet_margin_loss_custom_backward(const void* a, const void* p, const void* n, const void* grad_loss,

@@ -1,11 +1,13 @@
 // The one row kernel of the triplet_margin_loss operators (vectorized.cu and fused.cu launch it):
-// one block per row of (anchor, positive, negative). Each thread loads its first CACHE 16-byte packs
+// a row of (anchor, positive, negative) a block. Each thread loads its first CACHE 16-byte packs
 // of the three rows at once and keeps them in registers; the block reduces the squared distances
 // |a - p + eps|^2, |a - n + eps|^2 (and |p - n + eps|^2 for swap), each thread then writes the
 // gradients of its elements from those registers (rows longer than THREADS * CACHE packs read the
 // rest again), and the last block adds the rows' losses in a fixed order (common/last_block.cuh).
-// The formulas and PyTorch's conventions at the edges: options.h.
+// A forward alone (no gradient) takes rows in turn on the blocks the GPU holds at once, each
+// block publishing one partial for its rows. The formulas and PyTorch's conventions: options.h.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <math.h>
 #include "common/last_block.cuh"
@@ -26,114 +28,121 @@ struct TripletRows {
     const T* scalar_grad;   // () of T: the upstream gradient (the rungs' backward), or null
     const float* grad;      // float32 upstream gradient, () or (N,) (per_row), or null; neither: 1
     int per_row;
-    int64_t D;
+    int64_t N, D;
     float divisor;          // N for mean, 1 for sum and none
     TripletOptions opt;
 };
 
-template <typename T, int THREADS, int CACHE>
+template <typename T, int THREADS, int CACHE, bool GRAD>
 __global__ void __launch_bounds__(THREADS) triplet_rows_kernel(const TripletRows<T> r) {
     constexpr int V = Pack<T>::size;
-    const int64_t row = blockIdx.x, base = row * r.D, D = r.D;
-    const T *a = r.a + base, *p = r.p + base, *n = r.n + base;
-    T *ga = r.ga ? r.ga + base : nullptr, *gp = r.gp ? r.gp + base : nullptr, *gn = r.gn ? r.gn + base : nullptr;
-    const bool swap = r.opt.swap;
-    const float eps = r.opt.eps;
-    // packs only where every row read or written sits at one offset from a 16-byte boundary
-    const RowSplit split = split_row(D, a, p, n, ga ? ga : a, gp ? gp : a, gn ? gn : a);
-    const int64_t head = split.head, packs = split.packs, tail = head + V * packs;
-    float ap = 0.0f, an = 0.0f, pn = 0.0f;
-    auto add = [&](float x, float y, float z) {
-        const float u = x - y + eps, v = x - z + eps;
-        ap = fmaf(u, u, ap);
-        an = fmaf(v, v, an);
-        if (swap) {
-            const float w = y - z + eps;
-            pn = fmaf(w, w, pn);
-        }
-    };
-    auto add_pack = [&](const Pack<T>& x, const Pack<T>& y, const Pack<T>& z) {
-#pragma unroll
-        for (int k = 0; k < V; ++k) add(x[k], y[k], z[k]);
-    };
-    for (int64_t j = threadIdx.x; j < head; j += THREADS) add(to_float(a[j]), to_float(p[j]), to_float(n[j]));
-    const T *av = a + head, *pv = p + head, *nv = n + head;
-    Pack<T> ca[CACHE], cp[CACHE], cn[CACHE];  // this thread's first packs: 3 * CACHE loads in flight
-#pragma unroll
-    for (int k = 0; k < CACHE; ++k) {
-        const int64_t i = threadIdx.x + int64_t(k) * THREADS;
-        if (i < packs) {
-            ca[k] = load_pack(av + V * i);
-            cp[k] = load_pack(pv + V * i);
-            cn[k] = load_pack(nv + V * i);
-        }
-    }
-#pragma unroll
-    for (int k = 0; k < CACHE; ++k)
-        if (threadIdx.x + int64_t(k) * THREADS < packs) add_pack(ca[k], cp[k], cn[k]);
-    for (int64_t i = threadIdx.x + int64_t(CACHE) * THREADS; i < packs; i += THREADS)
-        add_pack(load_pack(av + V * i), load_pack(pv + V * i), load_pack(nv + V * i));
-    for (int64_t j = tail + threadIdx.x; j < D; j += THREADS) add(to_float(a[j]), to_float(p[j]), to_float(n[j]));
-    ap = block_reduce_sum(ap);
-    an = block_reduce_sum(an);
-    if (swap) pn = block_reduce_sum(pn);
-
-    const float d_ap = sqrtf(ap), d_an = sqrtf(an), d_pn = sqrtf(pn);
-    // at::min(d_an, d_pn): a NaN propagates (fminf would drop it)
-    const float d_neg = !swap ? d_an : (isnan(d_an) || isnan(d_pn)) ? d_an + d_pn : fminf(d_an, d_pn);
-    const float x = r.opt.margin + d_ap - d_neg;
-    const float row_loss = x < 0.0f ? 0.0f : x;  // clamp_min: NaN stays NaN
-
-    if (ga || gp || gn) {
-        float g = r.scalar_grad ? to_float(*r.scalar_grad) : r.grad ? r.grad[r.per_row ? row : 0] : 1.0f;
-        g = x > 0.0f ? g / r.divisor : 0.0f;  // clamp_min's backward: the gradient where x > 0 (0 at x = 0, NaN)
-        // min's backward: the smaller takes it, a tie splits it in half, a NaN passes it to both
-        const float wa = !swap ? 1.0f : d_an == d_pn ? 0.5f : d_an > d_pn ? 0.0f : 1.0f;
-        const float wp = !swap ? 0.0f : d_an == d_pn ? 0.5f : d_pn > d_an ? 0.0f : 1.0f;
-        // norm's backward: u * grad / |u|, zero where |u| is zero
-        const float c_ap = d_ap == 0.0f ? 0.0f : g / d_ap;
-        const float c_an = d_an == 0.0f ? 0.0f : -g * wa / d_an;
-        const float c_pn = d_pn == 0.0f ? 0.0f : -g * wp / d_pn;
-        auto grads = [&](float x, float y, float z, float& da, float& dp, float& dn) {
+    const int64_t D = r.D;
+    auto one_row = [&](int64_t row) {  // its loss
+        const int64_t base = row * D;
+        const T *a = r.a + base, *p = r.p + base, *n = r.n + base;
+        T *ga = r.ga ? r.ga + base : nullptr, *gp = r.gp ? r.gp + base : nullptr, *gn = r.gn ? r.gn + base : nullptr;
+        const bool swap = r.opt.swap;
+        const float eps = r.opt.eps;
+        // packs only where every row read or written sits at one offset from a 16-byte boundary
+        const RowSplit split = split_row(D, a, p, n, ga ? ga : a, gp ? gp : a, gn ? gn : a);
+        const int64_t head = split.head, packs = split.packs, tail = head + V * packs;
+        float ap = 0.0f, an = 0.0f, pn = 0.0f;
+        auto add = [&](float x, float y, float z) {
             const float u = x - y + eps, v = x - z + eps;
-            da = fmaf(c_ap, u, c_an * v);
-            dp = -c_ap * u;
-            dn = -c_an * v;
+            ap = fmaf(u, u, ap);
+            an = fmaf(v, v, an);
             if (swap) {
                 const float w = y - z + eps;
-                dp = fmaf(c_pn, w, dp);
-                dn = fmaf(-c_pn, w, dn);
+                pn = fmaf(w, w, pn);
             }
         };
-        auto scalar = [&](int64_t j) {
-            float da, dp, dn;
-            grads(to_float(a[j]), to_float(p[j]), to_float(n[j]), da, dp, dn);
-            if (ga) ga[j] = from_float<T>(da);
-            if (gp) gp[j] = from_float<T>(dp);
-            if (gn) gn[j] = from_float<T>(dn);
-        };
-        auto pack = [&](const Pack<T>& x, const Pack<T>& y, const Pack<T>& z, int64_t i) {
-            float da[V], dp[V], dn[V];
+        auto add_pack = [&](const Pack<T>& x, const Pack<T>& y, const Pack<T>& z) {
 #pragma unroll
-            for (int k = 0; k < V; ++k) grads(x[k], y[k], z[k], da[k], dp[k], dn[k]);
-            if (ga) store_pack(ga + head + V * i, pack_of<T>(da));
-            if (gp) store_pack(gp + head + V * i, pack_of<T>(dp));
-            if (gn) store_pack(gn + head + V * i, pack_of<T>(dn));
+            for (int k = 0; k < V; ++k) add(x[k], y[k], z[k]);
         };
-        for (int64_t j = threadIdx.x; j < head; j += THREADS) scalar(j);
+        for (int64_t j = threadIdx.x; j < head; j += THREADS) add(to_float(a[j]), to_float(p[j]), to_float(n[j]));
+        const T *av = a + head, *pv = p + head, *nv = n + head;
+        Pack<T> ca[CACHE], cp[CACHE], cn[CACHE];  // this thread's first packs: 3 * CACHE loads in flight
 #pragma unroll
         for (int k = 0; k < CACHE; ++k) {
             const int64_t i = threadIdx.x + int64_t(k) * THREADS;
-            if (i < packs) pack(ca[k], cp[k], cn[k], i);
+            if (i < packs) {
+                ca[k] = load_pack(av + V * i);
+                cp[k] = load_pack(pv + V * i);
+                cn[k] = load_pack(nv + V * i);
+            }
         }
+#pragma unroll
+        for (int k = 0; k < CACHE; ++k)
+            if (threadIdx.x + int64_t(k) * THREADS < packs) add_pack(ca[k], cp[k], cn[k]);
         for (int64_t i = threadIdx.x + int64_t(CACHE) * THREADS; i < packs; i += THREADS)
-            pack(load_pack(av + V * i), load_pack(pv + V * i), load_pack(nv + V * i), i);
-        for (int64_t j = tail + threadIdx.x; j < D; j += THREADS) scalar(j);
-    }
-    if (r.loss)
-        finish_sum(row_loss, r.row_losses, r.ticket, r.divisor, r.loss);  // the last block: the loss
-    else if (r.row_losses && threadIdx.x == 0)
-        r.row_losses[row] = row_loss;
+            add_pack(load_pack(av + V * i), load_pack(pv + V * i), load_pack(nv + V * i));
+        for (int64_t j = tail + threadIdx.x; j < D; j += THREADS) add(to_float(a[j]), to_float(p[j]), to_float(n[j]));
+        ap = block_reduce_sum(ap);
+        an = block_reduce_sum(an);
+        if (swap) pn = block_reduce_sum(pn);
+
+        const float d_ap = sqrtf(ap), d_an = sqrtf(an), d_pn = sqrtf(pn);
+        // at::min(d_an, d_pn): a NaN propagates (fminf would drop it)
+        const float d_neg = !swap ? d_an : (isnan(d_an) || isnan(d_pn)) ? d_an + d_pn : fminf(d_an, d_pn);
+        const float x = r.opt.margin + d_ap - d_neg;
+        const float row_loss = x < 0.0f ? 0.0f : x;  // clamp_min: NaN stays NaN
+
+        if (GRAD && (ga || gp || gn)) {
+            float g = r.scalar_grad ? to_float(*r.scalar_grad) : r.grad ? r.grad[r.per_row ? row : 0] : 1.0f;
+            g = x > 0.0f ? g / r.divisor : 0.0f;  // clamp_min's backward: the gradient where x > 0 (0 at x = 0, NaN)
+            // min's backward: the smaller takes it, a tie splits it in half, a NaN passes it to both
+            const float wa = !swap ? 1.0f : d_an == d_pn ? 0.5f : d_an > d_pn ? 0.0f : 1.0f;
+            const float wp = !swap ? 0.0f : d_an == d_pn ? 0.5f : d_pn > d_an ? 0.0f : 1.0f;
+            // norm's backward: u * grad / |u|, zero where |u| is zero
+            const float c_ap = d_ap == 0.0f ? 0.0f : g / d_ap;
+            const float c_an = d_an == 0.0f ? 0.0f : -g * wa / d_an;
+            const float c_pn = d_pn == 0.0f ? 0.0f : -g * wp / d_pn;
+            auto grads = [&](float x, float y, float z, float& da, float& dp, float& dn) {
+                const float u = x - y + eps, v = x - z + eps;
+                da = fmaf(c_ap, u, c_an * v);
+                dp = -c_ap * u;
+                dn = -c_an * v;
+                if (swap) {
+                    const float w = y - z + eps;
+                    dp = fmaf(c_pn, w, dp);
+                    dn = fmaf(-c_pn, w, dn);
+                }
+            };
+            auto scalar = [&](int64_t j) {
+                float da, dp, dn;
+                grads(to_float(a[j]), to_float(p[j]), to_float(n[j]), da, dp, dn);
+                if (ga) ga[j] = from_float<T>(da);
+                if (gp) gp[j] = from_float<T>(dp);
+                if (gn) gn[j] = from_float<T>(dn);
+            };
+            auto pack = [&](const Pack<T>& x, const Pack<T>& y, const Pack<T>& z, int64_t i) {
+                float da[V], dp[V], dn[V];
+#pragma unroll
+                for (int k = 0; k < V; ++k) grads(x[k], y[k], z[k], da[k], dp[k], dn[k]);
+                if (ga) store_pack(ga + head + V * i, pack_of<T>(da));
+                if (gp) store_pack(gp + head + V * i, pack_of<T>(dp));
+                if (gn) store_pack(gn + head + V * i, pack_of<T>(dn));
+            };
+            for (int64_t j = threadIdx.x; j < head; j += THREADS) scalar(j);
+#pragma unroll
+            for (int k = 0; k < CACHE; ++k) {
+                const int64_t i = threadIdx.x + int64_t(k) * THREADS;
+                if (i < packs) pack(ca[k], cp[k], cn[k], i);
+            }
+            for (int64_t i = threadIdx.x + int64_t(CACHE) * THREADS; i < packs; i += THREADS)
+                pack(load_pack(av + V * i), load_pack(pv + V * i), load_pack(nv + V * i), i);
+            for (int64_t j = tail + threadIdx.x; j < D; j += THREADS) scalar(j);
+        }
+        if (!r.loss && r.row_losses && threadIdx.x == 0) r.row_losses[row] = row_loss;  // reduction none
+        return row_loss;
+    };
+    float partial = 0.0f;
+    if constexpr (GRAD)  // a block per row: the gradient's packs are this row's registers
+        partial = one_row(blockIdx.x);
+    else
+        for (int64_t row = blockIdx.x; row < r.N; row += gridDim.x) partial += one_row(row);
+    if (r.loss) finish_sum(partial, r.row_losses, r.ticket, r.divisor, r.loss);  // the last block: the loss
 }
 
 // THREADS is a float32 row's block: a 16-bit row holds half the bytes, so half the threads keep as
@@ -144,13 +153,15 @@ constexpr int row_block(int threads) {
     return sizeof(T) == 2 && threads % 64 == 0 ? threads / 2 : threads;
 }
 
-// One launch of the row kernel for element type T: N blocks of BLOCK threads (one row each), the
-// ticket the stream's where the loss is written. The rungs' launchers pick T with dispatch_dtype.
-template <typename T, int BLOCK, int CACHE>
+// One launch of the row kernel for element type T, the ticket the stream's where the loss is written.
+// WAVES 0: a launch that may write a gradient, N blocks of BLOCK threads (a row each); otherwise a
+// forward alone (no gradient pointer) on at most WAVES times the blocks the GPU holds at once.
+// The rungs' launchers pick T with dispatch_dtype.
+template <typename T, int BLOCK, int CACHE, int WAVES = 0>
 cudaError_t triplet_rows(const void* a, const void* p, const void* n, void* ga, void* gp, void* gn,
                          float* row_losses, void* loss, const void* scalar_grad, const float* grad, int per_row,
                          int64_t N, int64_t D, TripletOptions opt, cudaStream_t stream) {
-    if (N <= 0 || N > INT32_MAX || D <= 0) return cudaErrorInvalidValue;
+    if (N <= 0 || N > INT32_MAX || D <= 0 || (WAVES > 0 && (ga || gp || gn))) return cudaErrorInvalidValue;
     unsigned int* ticket = nullptr;
     if (loss != nullptr) {
         const cudaError_t err = stream_workspace(stream, row_losses + N, sizeof(unsigned int),
@@ -159,9 +170,22 @@ cudaError_t triplet_rows(const void* a, const void* p, const void* n, void* ga, 
     }
     const TripletRows<T> r{static_cast<const T*>(a), static_cast<const T*>(p), static_cast<const T*>(n),
                            static_cast<T*>(ga), static_cast<T*>(gp), static_cast<T*>(gn), row_losses, ticket,
-                           static_cast<T*>(loss), static_cast<const T*>(scalar_grad), grad, per_row, D,
+                           static_cast<T*>(loss), static_cast<const T*>(scalar_grad), grad, per_row, N, D,
                            opt.reduction == TRIPLET_MEAN ? float(N) : 1.0f, opt};
-    triplet_rows_kernel<T, BLOCK, CACHE><<<static_cast<unsigned int>(N), BLOCK, 0, stream>>>(r);
+    constexpr auto kernel = triplet_rows_kernel<T, BLOCK, CACHE, WAVES == 0>;
+    int64_t blocks = N;
+    if constexpr (WAVES > 0) {
+        static const int per_sm = [] {  // the kernel's occupancy, once
+            int count = 1;
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&count, kernel, BLOCK, 0);
+            return count;
+        }();
+        int device = 0, sms = 1;
+        cudaGetDevice(&device);
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+        blocks = std::min<int64_t>(N, int64_t(WAVES) * std::max(1, per_sm) * sms);
+    }
+    kernel<<<static_cast<unsigned int>(blocks), BLOCK, 0, stream>>>(r);
     return cudaGetLastError();
 }
 

@@ -25,24 +25,31 @@
 #ifndef LOSSLAB_TRIPLET_MARGIN_LOSS_VECTORIZED_FORWARD_CACHE
 #define LOSSLAB_TRIPLET_MARGIN_LOSS_VECTORIZED_FORWARD_CACHE 2  // packs per tensor in flight, forward alone: 1 2 4
 #endif
+// and it takes rows in turn on the blocks the GPU holds at once (rows.cuh), where a block a row
+// left the GPU part idle in its last wave and drew a ticket a row.
+#ifndef LOSSLAB_TRIPLET_MARGIN_LOSS_VECTORIZED_FORWARD_WAVES
+#define LOSSLAB_TRIPLET_MARGIN_LOSS_VECTORIZED_FORWARD_WAVES 1  // blocks: this times those the GPU holds at once: 1 2 4 8
+#endif
 constexpr int THREADS = LOSSLAB_TRIPLET_MARGIN_LOSS_VECTORIZED_THREADS;
 constexpr int CACHE = LOSSLAB_TRIPLET_MARGIN_LOSS_VECTORIZED_CACHE;
 constexpr int FORWARD_THREADS = LOSSLAB_TRIPLET_MARGIN_LOSS_VECTORIZED_FORWARD_THREADS;
 constexpr int FORWARD_CACHE = LOSSLAB_TRIPLET_MARGIN_LOSS_VECTORIZED_FORWARD_CACHE;
+constexpr int FORWARD_WAVES = LOSSLAB_TRIPLET_MARGIN_LOSS_VECTORIZED_FORWARD_WAVES;
 static_assert(THREADS >= 32 && THREADS <= 1024 && THREADS % 32 == 0,
               "LOSSLAB_TRIPLET_MARGIN_LOSS_VECTORIZED_THREADS: a multiple of 32 from 32 to 1024 (whole warps)");
 static_assert(CACHE >= 1, "LOSSLAB_TRIPLET_MARGIN_LOSS_VECTORIZED_CACHE: at least 1");
 static_assert(FORWARD_THREADS >= 32 && FORWARD_THREADS <= 1024 && FORWARD_THREADS % 32 == 0,
               "LOSSLAB_TRIPLET_MARGIN_LOSS_VECTORIZED_FORWARD_THREADS: a multiple of 32 from 32 to 1024 (whole warps)");
 static_assert(FORWARD_CACHE >= 1, "LOSSLAB_TRIPLET_MARGIN_LOSS_VECTORIZED_FORWARD_CACHE: at least 1");
+static_assert(FORWARD_WAVES >= 1, "LOSSLAB_TRIPLET_MARGIN_LOSS_VECTORIZED_FORWARD_WAVES: at least 1");
 
 cudaError_t triplet_margin_loss_vectorized_forward(const void* anchor, const void* positive, const void* negative,
                                                    float* row_losses, void* loss, void* /*grad_anchor: not fused*/,
                                                    int64_t N, int64_t D, DType dtype, cudaStream_t stream) {
     return dispatch_dtype(dtype, [&](auto tag) {
         using T = decltype(tag);
-        return triplet_rows<T, FORWARD_THREADS, FORWARD_CACHE>(anchor, positive, negative, nullptr, nullptr, nullptr,
-            row_losses, loss, nullptr, nullptr, 0, N, D, TRIPLET_DEFAULTS, stream);
+        return triplet_rows<T, FORWARD_THREADS, FORWARD_CACHE, FORWARD_WAVES>(anchor, positive, negative, nullptr,
+            nullptr, nullptr, row_losses, loss, nullptr, nullptr, 0, N, D, TRIPLET_DEFAULTS, stream);
     });
 }
 
@@ -64,8 +71,9 @@ cudaError_t triplet_margin_loss_vectorized_options_forward(
     const TripletOptions opt{margin, eps, swap, reduction};
     return dispatch_dtype(dtype, [&](auto tag) {
         using T = decltype(tag);
-        return triplet_rows<T, FORWARD_THREADS, FORWARD_CACHE>(anchor, positive, negative, nullptr, nullptr, nullptr,
-            row_losses, reduction == TRIPLET_NONE ? nullptr : loss, nullptr, nullptr, 0, N, D, opt, stream);
+        return triplet_rows<T, FORWARD_THREADS, FORWARD_CACHE, FORWARD_WAVES>(anchor, positive, negative, nullptr,
+            nullptr, nullptr, row_losses, reduction == TRIPLET_NONE ? nullptr : loss, nullptr, nullptr, 0, N, D, opt,
+            stream);
     });
 }
 

@@ -168,6 +168,16 @@ inline cudaError_t cudaStreamIsCapturing(cudaStream_t, cudaStreamCaptureStatus* 
     *s = cudaStreamCaptureStatusNone; return cudaSuccess;
 }
 inline cudaError_t cudaGetDevice(int* d) { *d = 0; return cudaSuccess; }
+// A small GPU: 2 SMs holding 2 blocks of any kernel each, so a grid sized by the GPU (rows in turn,
+// whole waves) gives a block several rows here.
+enum cudaDeviceAttr { cudaDevAttrMultiProcessorCount = 16 };
+inline cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int) {
+    *value = attr == cudaDevAttrMultiProcessorCount ? 2 : 0; return cudaSuccess;
+}
+template <typename Kernel>
+inline cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, Kernel, int, size_t) {
+    *blocks = 2; return cudaSuccess;
+}
 inline cudaError_t cudaMalloc(void** p, size_t n) { *p = std::calloc(1, n); return *p ? cudaSuccess : cudaErrorInvalidValue; }
 inline cudaError_t cudaFree(void* p) { std::free(p); return cudaSuccess; }
 inline cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind, cudaStream_t = nullptr) {
