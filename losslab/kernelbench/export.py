@@ -22,6 +22,7 @@ HOST_FUNCTIONS = ("validate_inputs", "forward", "backward")  # what the template
 _INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 _PRAGMA_ONCE = re.compile(r"^\s*#\s*pragma\s+once\b")
 PLACEHOLDER = re.compile(r"^(?P<name>[A-Z_]+) = .*  # export: .*$", re.MULTILINE)
+LINE_LENGTH = 120  # the exported file's lines, as pyproject.toml's ruff allows
 
 
 class ExportError(ValueError):
@@ -57,8 +58,19 @@ def inline_includes(path: Path, seen: set[Path] | None = None) -> str:
                                   f"(looked in {path.parent} and {KERNELS})")
             lines.append(inline_includes(target, seen))
         elif not _PRAGMA_ONCE.match(line):
-            lines.append(line)
+            lines.append(_fit(line))
     return "\n".join(lines)
+
+
+def _fit(line: str) -> str:
+    """A source line longer than :data:`LINE_LENGTH` whose end is a ``//`` comment, as the comment
+    on a line of its own above the code (the solution file is Python and must lint clean);
+    any other line as it is."""
+    code, sep, comment = line.partition("  // ")
+    if len(line) <= LINE_LENGTH or not sep or not code.strip():
+        return line
+    indent = code[:len(code) - len(code.lstrip())]
+    return f"{indent}// {comment}\n{code.rstrip()}"
 
 
 def kernel_files(problem: problems.Problem, variant: str) -> list[Path]:
