@@ -29,11 +29,11 @@ STAGES=" ${STAGES:-tests bench sweep claims pitfalls} "
 want() { [[ "$STAGES" == *" $1 "* ]]; }
 tests=0 bench=0 sweep=0 claims=0 pitfalls=0
 took=""  # each stage's wall time, printed last: what a lent machine's minutes went to
-timed() { took+=" $1 $((SECONDS - started)) s;"; }
+timed() { took+=" $1 $((SECONDS - started)) s;"; started=$SECONDS; }
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv | tee "$OUT/nvidia-smi.txt"
+started=$SECONDS
 if want tests; then
-    started=$SECONDS
     echo "== pytest: compile and gpu tiers"
     # -v: each test's outcome as it ends, so a run cut short by a time limit still names its failures
     python3 -m pytest -v -rs -m "gpu or compile" -p no:cacheprovider tests > "$OUT/pytest.log" 2>&1
@@ -42,7 +42,6 @@ if want tests; then
     timed tests
 fi
 if want bench; then
-    started=$SECONDS
     echo "== bench: ${problems[*]}"
     # shellcheck disable=SC2086  # BENCH_ARGS is a list of options
     python3 -m losslab bench "${problems[@]}" ${BENCH_ARGS:---replace --dtypes float32,bfloat16,float16 --ncu} 2>&1 \
@@ -51,7 +50,6 @@ if want bench; then
     timed bench
 fi
 if want sweep; then
-    started=$SECONDS
     echo "== bench --sweep: ${problems[*]}"
     # shellcheck disable=SC2086  # SWEEP_ARGS is a list of options
     python3 -m losslab bench "${problems[@]}" --sweep ${SWEEP_ARGS:---dtypes float32,bfloat16} 2>&1 \
@@ -60,7 +58,6 @@ if want sweep; then
     timed sweep
 fi
 if want claims; then
-    started=$SECONDS
     echo "== the ladder's claims against the record's counters (tests/test_ladder_claims.py)"
     python3 -m pytest -q -rs -p no:cacheprovider tests/test_ladder_claims.py > "$OUT/claims.log" 2>&1
     claims=$?
@@ -68,7 +65,6 @@ if want claims; then
     timed claims
 fi
 if want pitfalls; then
-    started=$SECONDS
     echo "== pitfalls --record"
     python3 -m losslab pitfalls --record > "$OUT/pitfalls.log" 2>&1
     pitfalls=$?
