@@ -14,6 +14,20 @@ def test_repeats_below_one_are_refused_before_any_gpu_work(repeats):
         timing.time_cuda(lambda: pytest.fail("called"), repeats=repeats)
 
 
+def test_rounds_combine_into_medians_over_every_call():
+    rounds = [timing.Timing(1.0, 1.0, 1.0, 5, 0.9, 0.1, 0, (1.0,) * 5, (0.1,) * 5),
+              timing.Timing(2.0, 2.0, 2.0, 2, 1.1, 0.2, 1, (2.0, 2.0), (0.2, 0.2)),
+              timing.Timing(3.0, 3.0, 3.0, 2, 2.5, 0.4, 0, (3.0, 3.0), (0.4, 0.5))]
+    t = timing.combine(rounds)
+    # the median of the nine calls, not of the three rounds' medians (2.0)
+    assert (t.median_ms, t.p10_ms, t.p90_ms, t.repeats) == (1.0, 1.0, 3.0, 9)
+    assert (t.back_to_back_ms, t.host_ms, t.compiles_while_timed) == (1.1, 0.1, 1)
+    with pytest.raises(ValueError, match="timings: expected at least one Timing"):
+        timing.combine([])
+    with pytest.raises(ValueError, match="each with its calls' times"):
+        timing.combine([timing.Timing(1.0, 1.0, 1.0, 1)])
+
+
 def test_timing_imports_nothing_else_from_losslab():
     import ast
 

@@ -1,7 +1,8 @@
 """Timing every variant and the peers (PyTorch eager, torch.compile, Liger, quack) on the same inputs.
 
 Each (implementation, direction) is timed by ``timing.time_cuda``: per call with L2 flushed
-(median and 10th-90th percentiles), back to back, and on the host. Achieved bandwidth is the
+(median and 10th-90th percentiles), back to back, and on the host, in :data:`ROUNDS` rounds that
+take every implementation in turn. Achieved bandwidth is the
 cost model's minimum bytes over the median time (GB/s = 1e9 bytes/s), shown as a fraction of
 the device bandwidth measured in the same process (``ceilings.measure_bandwidth``). A row
 faster than its physical floor (minimum bytes at the datasheet's peak bandwidth) is flagged
@@ -19,7 +20,7 @@ from losslab import problems
 from losslab.measure.ceilings import bandwidth_kind, measure_bandwidth, physical_floor
 from losslab.measure.check import relative_error
 from losslab.measure.peers import PEERS, peer_implementations
-from losslab.measure.timing import FLUSH_BYTES, compile_events, flush_buffer, peak_extra_memory, time_cuda
+from losslab.measure.timing import FLUSH_BYTES, combine, compile_events, flush_buffer, peak_extra_memory, time_cuda
 from losslab.ops import variant as get_variant
 from losslab.variants import find_variant
 
@@ -30,6 +31,9 @@ __all__ = ["PEERS", "SWEEP_SHAPES", "SWEEP_DIRECTIONS", "BenchRow", "Skipped", "
 # The sweep: each problem from launch-bound (128 rows) to LLM-sized rows, the seed size among them.
 SWEEP_SHAPES: dict[str, tuple[tuple[int, int], ...]] = {p.name: p.sweep_shapes for p in problems.registered()}
 SWEEP_DIRECTIONS = ("forward", "forward_backward")
+# Each implementation's repeats are timed in this many rounds, every implementation once a round, so
+# a slow phase of the host or the GPU falls on all of them alike (interleaved medians).
+ROUNDS = 4
 SERIAL_COLUMNS = 16384  # naive walks a row in one thread: above this many columns a call takes many ms
 SERIAL_US_PER_COLUMN = 0.27  # about naive's time per column at the seed sizes (kl_div, two inputs; H200)
 
@@ -197,8 +201,11 @@ def bench_problem(problem: problems.Problem, shape: tuple[int, int] | None = Non
     other values). ``fused`` has no backward row: its backward only scales the forward's
     gradient, and not at all when grad_loss = 1. Variants without kernels for ``dtype`` are
     left out. A variant is a rung's name or a variant object (see ``implementations``); an
-    empty list times the peers only. Each implementation gets its own copy of the inputs:
-    Liger-Kernel's cross_entropy writes the gradient into its input (their issue #272).
+    empty list times the peers only. Each implementation gets its own copy of the inputs, anew
+    each round: Liger-Kernel's cross_entropy writes the gradient into its input (their issue #272).
+    The ``repeats`` calls of each (implementation, direction) are timed in :data:`ROUNDS` rounds,
+    every implementation once a round, and their medians taken over all the rounds' calls: an
+    operator and the rung it runs are compared on interleaved medians in one process.
 
     Args:
         shape: (rows, columns); default the problem's seed size.
@@ -218,42 +225,57 @@ def bench_problem(problem: problems.Problem, shape: tuple[int, int] | None = Non
     reference = problem.reference_float64(*inputs)
     grad_loss = torch.tensor(1.0, device="cuda")
     flush = flush_buffer()
-    rows, rejected = [], rejected if rejected is not None else []
-    for name, (kind, fn) in implementations(problem, variants, peers).items():
-        if progress:
-            print(f"  timing {problem.name} {name} at {shape[0]}x{shape[1]} ...", file=sys.stderr, flush=True)
-        predictions = inputs[0].detach().clone().requires_grad_(True)
-        calls = _calls(fn, predictions, inputs[1:], grad_loss)
-        try:
-            errors = _errors(calls, reference)
-        except Exception as err:  # an optional peer that fails here is left out, not fatal
-            if kind != "peer":
-                raise
-            print(f"  {name} left out: {type(err).__name__}: {err}", file=sys.stderr, flush=True)
+    rejected = rejected if rejected is not None else []
+    impls = implementations(problem, variants, peers)
+    rounds = max(1, min(ROUNDS, repeats))
+    timed: dict[tuple[str, str], list] = {}  # (name, direction) -> one Timing a round
+    errors, peaks, compiled = {}, {}, {}
+    for round_ in range(rounds):
+        for name, (kind, fn) in list(impls.items()):
+            if progress and round_ == 0:
+                print(f"  timing {problem.name} {name} at {shape[0]}x{shape[1]} ...", file=sys.stderr, flush=True)
+            predictions = inputs[0].detach().clone().requires_grad_(True)
+            calls = _calls(fn, predictions, inputs[1:], grad_loss)
+            if round_ == 0:
+                try:
+                    errors[name] = _errors(calls, reference)
+                except Exception as err:  # an optional peer that fails here is left out, not fatal
+                    if kind != "peer":
+                        raise
+                    print(f"  {name} left out: {type(err).__name__}: {err}", file=sys.stderr, flush=True)
+                    del impls[name]
+                    continue
+            for direction, (call, setup) in calls.items():
+                rung = problem.rung(name) if name in problem.variants else getattr(fn, "rung", None)
+                if direction not in directions or (direction == "backward" and rung is not None
+                                                   and rung.writes_grad_in_forward):
+                    continue
+                # this round's share of the repeats; the first round warms up (builds, compiles, autotunes)
+                share = repeats // rounds + (round_ < repeats % rounds)
+                began = compile_events()
+                timed.setdefault((name, direction), []).append(
+                    time_cuda(call, repeats=share, flush=flush, setup=setup, warmup_ms=50.0 if round_ == 0 else 5.0))
+                compiled[(name, direction)] = compiled.get((name, direction), 0) + compile_events() - began
+                if round_ == 0:
+                    peaks[(name, direction)] = peak_extra_memory(call, setup)
+    rows = []
+    for (name, direction), rounds_timed in timed.items():
+        timing = combine(rounds_timed)
+        if timing.compiles_while_timed:  # timed compilation, not compiled code: no result
+            why = (f"torch.compile compiled or broke its graph {timing.compiles_while_timed} time(s) while "
+                   f"{direction} was timed: rejected")
+            print(f"  {name} {direction} at {shape[0]}x{shape[1]}: {why}", file=sys.stderr, flush=True)
+            rejected.append(Skipped(problem.name, shape, str(dtype).removeprefix("torch."), name, why))
             continue
-        for direction, (call, setup) in calls.items():
-            if direction not in directions:
-                continue
-            rung = problem.rung(name) if name in problem.variants else getattr(fn, "rung", None)
-            if direction == "backward" and rung is not None and rung.writes_grad_in_forward:
-                continue
-            cost = problem.cost(shape, direction, dtype)
-            ceiling = bandwidth_kind(cost.bytes_written)
-            began = compile_events()
-            timing = time_cuda(call, repeats=repeats, flush=flush, setup=setup)
-            if timing.compiles_while_timed:  # timed compilation, not compiled code: no result
-                why = (f"torch.compile compiled or broke its graph {timing.compiles_while_timed} time(s) while "
-                       f"{direction} was timed: rejected")
-                print(f"  {name} {direction} at {shape[0]}x{shape[1]}: {why}", file=sys.stderr, flush=True)
-                rejected.append(Skipped(problem.name, shape, str(dtype).removeprefix("torch."), name, why))
-                continue
-            gbps = cost.bytes / timing.median_ms / 1e6
-            row = BenchRow(problem.name, name, kind, direction, shape, str(dtype).removeprefix("torch."),
-                           timing.median_ms, timing.p10_ms, timing.p90_ms, repeats, gbps, ceiling,
-                           gbps / bandwidth[ceiling], peak_extra_memory(call, setup), errors[direction],
-                           back_to_back_ms=timing.back_to_back_ms, host_ms=timing.host_ms,
-                           compiles=compile_events() - began)
-            rows.append(flag_physical_floor(row, device, problem))
+        cost = problem.cost(shape, direction, dtype)
+        ceiling = bandwidth_kind(cost.bytes_written)
+        gbps = cost.bytes / timing.median_ms / 1e6
+        row = BenchRow(problem.name, name, impls[name][0], direction, shape, str(dtype).removeprefix("torch."),
+                       timing.median_ms, timing.p10_ms, timing.p90_ms, timing.repeats, gbps, ceiling,
+                       gbps / bandwidth[ceiling], peaks[(name, direction)], errors[name][direction],
+                       back_to_back_ms=timing.back_to_back_ms, host_ms=timing.host_ms,
+                       compiles=compiled[(name, direction)])
+        rows.append(flag_physical_floor(row, device, problem))
     set_speedups(rows)
     return rows
 

@@ -26,7 +26,8 @@ class Timing:
     measured); ``host_ms``: median host time for ``fn()`` to return (None when not measured);
     ``compiles_while_timed``: frames torch.compile compiled and graph breaks it met during the timed
     and back-to-back calls (after the warm-up): a measurement with any timed compilation, not
-    the compiled code (``measure.bench`` rejects it).
+    the compiled code (``measure.bench`` rejects it). ``times_ms``, ``host_times_ms``: each timed
+    call's GPU and host time, for :func:`combine`.
     """
 
     median_ms: float
@@ -36,6 +37,26 @@ class Timing:
     back_to_back_ms: float | None = None
     host_ms: float | None = None
     compiles_while_timed: int = 0
+    times_ms: tuple[float, ...] = ()
+    host_times_ms: tuple[float, ...] = ()
+
+
+def combine(timings: list[Timing]) -> Timing:
+    """One Timing of the calls of several (e.g. rounds of one callable, interleaved with others'
+    rounds): medians and percentiles over every timed call, the back-to-back time the median of
+    the rounds', compilations added up.
+
+    Raises:
+        ValueError: no timings, or one without its calls' times.
+    """
+    if not timings or any(not t.times_ms for t in timings):
+        raise ValueError("timings: expected at least one Timing, each with its calls' times (times_ms)")
+    times = sorted(x for t in timings for x in t.times_ms)
+    host = [x for t in timings for x in t.host_times_ms]
+    together = [t.back_to_back_ms for t in timings if t.back_to_back_ms is not None]
+    return Timing(statistics.median(times), _percentile(times, 0.1), _percentile(times, 0.9), len(times),
+                  statistics.median(together) if together else None, statistics.median(host) if host else None,
+                  sum(t.compiles_while_timed for t in timings), tuple(times), tuple(host))
 
 
 def compile_events() -> int:
@@ -139,7 +160,7 @@ def time_cuda(fn: Callable, repeats: int = 20, warmup_ms: float = 50.0, flush: t
     if back_to_back:
         together = _back_to_back_ms(fn, setup, min(repeats, BACK_TO_BACK_STATES) if setup else repeats)
     return Timing(statistics.median(times), _percentile(times, 0.1), _percentile(times, 0.9), repeats,
-                  together, statistics.median(host), compile_events() - compiled)
+                  together, statistics.median(host), compile_events() - compiled, tuple(times), tuple(host))
 
 
 def single_call_host_us(fn: Callable[[], object], calls: int) -> float:
