@@ -231,6 +231,9 @@ def bench_problem(problem: problems.Problem, shape: tuple[int, int] | None = Non
     timed: dict[tuple[str, str], list] = {}  # (name, direction) -> one Timing a round
     errors, peaks, compiled = {}, {}, {}
     for round_ in range(rounds):
+        if progress and round_ > 0:
+            print(f"  timing {problem.name} at {shape[0]}x{shape[1]}: round {round_ + 1} of {rounds}, every "
+                  "implementation again ...", file=sys.stderr, flush=True)
         for name, (kind, fn) in list(impls.items()):
             if progress and round_ == 0:
                 print(f"  timing {problem.name} {name} at {shape[0]}x{shape[1]} ...", file=sys.stderr, flush=True)
