@@ -170,9 +170,9 @@ def check_inputs(problem: problems.Problem, variant, inputs: tuple[torch.Tensor,
     loss_error, found = relative_error(loss, loss64)
     forward_detail = forward_detail or found
     backward_error, backward_detail = relative_error(grad, grad64)
-    cancelled = getattr(problem, "cancelled_gradient_scale", None)
-    if cancelled is not None and not backward_detail and not grad64.any():  # exactly 0: terms that cancel
-        backward_error /= cancelled(*inputs) * GRAD_LOSS
+    cancelled = problem.cancelled_gradient_scale(*inputs) if not grad64.any() else None  # exactly 0
+    if cancelled is not None and not backward_detail:  # measured against the terms that cancel
+        backward_error /= cancelled * GRAD_LOSS
 
     # Run the launchers again into NaN-poisoned outputs: an element the kernels
     # skip stays NaN, and any difference from the first run shows non-determinism.

@@ -310,8 +310,9 @@ def _cross_entropy_2d(input, target, weight, probs, ignore_index, reduction, lab
 
 
 def on_problem(problem: str) -> Callable[..., torch.Tensor]:
-    """This module's function for ``problem`` called as the problem's reference is, with PyTorch's
-    default options: what a user calls, timed in the records beside the rungs (``losslab.variants``).
+    """This module's function for ``problem`` called as the problem's reference (KernelBench's
+    ``Model.forward``) is: with its options (kl_div's ``reduction="batchmean"``), PyTorch's defaults
+    otherwise; what a user calls, timed in the records beside the rungs (``losslab.variants``).
 
     ``cross_entropy(logits, targets)``; ``kl_div(p, t, reduction="batchmean", log_input=False)``:
     the problem's probabilities, their log taken in the kernel (eager's and Liger's rows pay for a

@@ -15,8 +15,9 @@ from losslab.problems.triplet_margin_loss.functional import TripletMarginLoss  #
 
 
 class KLDivLoss(_Loss):
-    """``torch.nn.KLDivLoss``: ``forward(input, target)`` is :func:`functional.kl_div` (``log_input=False``:
-    ``input`` holds probabilities, their log taken in the kernel)."""
+    """``torch.nn.KLDivLoss``: ``forward(input, target)`` is :func:`functional.kl_div`; ``input`` holds
+    log-probabilities, as PyTorch's does (``log_input=False``, losslab's: probabilities, their log taken
+    in the kernel)."""
 
     __constants__ = ["reduction"]
 

@@ -170,6 +170,13 @@ class Problem:
         """
         raise NotImplementedError(f"problem: {self.name} has no structured inputs")
 
+    def cancelled_gradient_scale(self, *inputs: torch.Tensor) -> float | None:
+        """The size of the gradient's terms (for grad_loss = 1) where its float64 value is exactly 0
+        although they are not: ``measure.check`` divides such a gradient's absolute error by it.
+        None (the absolute error stands) unless a problem's exact zeros are sums of large terms
+        that cancel (``cosine_similarity_loss``: rows of one element)."""
+        return None
+
     def validate(self, *inputs: object) -> None:
         """Raise TypeError/ValueError naming the argument if the inputs cannot run on a kernel."""
         raise NotImplementedError
