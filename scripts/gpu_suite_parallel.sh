@@ -6,7 +6,9 @@
 # fused rung exported as a KernelBench answer and graded by losslab evaluate (EVALUATE=0 skips
 # it), then the gpu tier of the tests that name the group's problems (TESTS=0 skips it).
 # WORKER_TIMEOUT (seconds, default 540) stops a group where it is: a problem whose stages ended is
-# whole. Then each group's sections are gathered into
+# whole. No group times while another compiles: each first builds its problems' kernels and teaching
+# ladders (ninja at this machine's cores / GPUs jobs), then waits until every group has, since a
+# sibling's nvcc on all cores slowed the host-bound cells of a record by up to 3x. Then each group's sections are gathered into
 # reports/results/<device>.json (replacing those problems' sections, keeping the others'), the
 # ladder's claims are checked on the gathered record, and the summary prints last.
 # Logs: $OUT/gpu<i>.log (each group's; the suite's own under /tmp/losslab-gpu<i>-out/); the gathered
@@ -32,6 +34,10 @@ worker() {  # worker GPU "problem ..."
     local i=$1 names=$2
     cd "/tmp/losslab-gpu$i" || exit 1
     export CUDA_VISIBLE_DEVICES=$i PYTHONPATH=/tmp/losslab-gpu$i${PYTHONPATH:+:$PYTHONPATH} TORCH_EXTENSIONS_DIR=/tmp/ext$i
+    python3 -c "import sys; from losslab.build import extension, ladder
+for name in sys.argv[1:]: extension.load_extension(name); ladder.load_ladder(name)" $names
+    touch "/tmp/losslab-built$i"  # built or failed (the suite then says why): the others may start
+    while [ "$(find /tmp -maxdepth 1 -name 'losslab-built*' | wc -l)" -lt "$GROUPS_N" ]; do sleep 2; done
     for name in $names; do  # the suite's own logs stay on the machine: only $OUT/gpu<i>.log comes back
         STAGES=${STAGES:-bench sweep} OUT="/tmp/losslab-gpu$i-out/$name" bash scripts/gpu_suite.sh "$name"
         if [ "${EVALUATE:-1}" != 0 ]; then  # the fused rung as a KernelBench answer, graded at KernelBench's size
@@ -40,13 +46,17 @@ worker() {  # worker GPU "problem ..."
                 | tail -n 8
         fi
     done
+    touch "/tmp/losslab-timed$i"  # the tests compile on all their cores: not while a sibling times
+    while [ "$(find /tmp -maxdepth 1 -name 'losslab-timed*' | wc -l)" -lt "$GROUPS_N" ]; do sleep 2; done
     if [ "${TESTS:-1}" != 0 ]; then
         echo "== pytest -m gpu -k '${names// / or }'"
         python3 -m pytest -q -rs -m gpu -p no:cacheprovider -k "${names// / or }" tests 2>&1 | tail -n 30
     fi
 }
 export -f worker
-export OUT TESTS STAGES EVALUATE
+GROUPS_N=${#groups[@]} MAX_JOBS=$(( $(nproc) / ${#groups[@]} > 1 ? $(nproc) / ${#groups[@]} : 1 ))
+export OUT TESTS STAGES EVALUATE GROUPS_N MAX_JOBS
+rm -f /tmp/losslab-built* /tmp/losslab-timed*
 pids=()
 for i in "${!groups[@]}"; do
     rm -rf "/tmp/losslab-gpu$i" "/tmp/losslab-gpu$i-out" && cp -a "$root" "/tmp/losslab-gpu$i"

@@ -114,3 +114,13 @@ __device__ __forceinline__ void store_pack(T* ptr, const Pack<T>& pack) {  // pt
 __host__ __device__ __forceinline__ int floats_to_alignment(const float* ptr) {
     return elements_to_alignment(ptr);
 }
+
+// Elements before the first 16-byte boundary of a, or -1 if the non-null pointers among b, c, d sit
+// at other offsets from one (then every element goes the scalar way).
+__device__ __forceinline__ int64_t common_head(int64_t n, const void* a, const void* b, const void* c,
+                                               const void* d, int size) {
+    const uintptr_t offset = reinterpret_cast<uintptr_t>(a) % 16;
+    for (const void* p : {b, c, d})
+        if (p && reinterpret_cast<uintptr_t>(p) % 16 != offset) return -1;
+    return min(n, int64_t((16 - offset) % 16 / size));
+}

@@ -29,16 +29,6 @@ __device__ __forceinline__ float kl_options_grad(float input, float t, bool log_
     return log_input ? grad_x : __fdividef(grad_x, input);
 }
 
-// Elements before the first 16-byte boundary, or -1 if the non-null pointers sit at
-// different offsets from one (then every element goes the scalar way).
-__device__ __forceinline__ int64_t common_head(int64_t n, const void* a, const void* b, const void* c,
-                                               const void* d, int size) {
-    const uintptr_t offset = reinterpret_cast<uintptr_t>(a) % 16;
-    for (const void* p : {b, c, d})
-        if (p && reinterpret_cast<uintptr_t>(p) % 16 != offset) return -1;
-    return min(n, int64_t((16 - offset) % 16 / size));
-}
-
 template <typename T>
 __global__ void __launch_bounds__(KL_OPTIONS_THREADS)
 kl_div_options_forward_kernel(const T* __restrict__ input, const T* __restrict__ target,

@@ -8,6 +8,7 @@
 // anonymous namespace, so each rung's kernels are its own, built with its own knobs.
 #pragma once
 #include <algorithm>
+#include "common/grid.cuh"
 #include "common/vector_load.cuh"
 #include "common/last_block.cuh"
 #include "common/reduce.cuh"
@@ -18,26 +19,6 @@
 namespace {
 
 constexpr int BLOCKS_PER_SM = 1024 / THREADS;  // 1024 threads an SM: at most 64 registers a thread
-
-// Elements before the first 16-byte boundary, or -1 if the non-null pointers sit at
-// different offsets from one (then every element goes the scalar way).
-__device__ __forceinline__ int64_t mse_common_head(int64_t n, const void* a, const void* b, const void* c,
-                                                   const void* d, int size) {
-    const uintptr_t offset = reinterpret_cast<uintptr_t>(a) % 16;
-    for (const void* p : {b, c, d})
-        if (p && reinterpret_cast<uintptr_t>(p) % 16 != offset) return -1;
-    return min(n, int64_t((16 - offset) % 16 / size));
-}
-
-// One wave: every block resident at once, so the grid-stride loop balances the work.
-inline int64_t mse_blocks(int64_t work_per_block_elems, int64_t n) {
-    int device = 0, sms = 132;
-    cudaGetDevice(&device);
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-    const int64_t wanted = (n + work_per_block_elems - 1) / work_per_block_elems;
-    return std::max<int64_t>(1, std::min<int64_t>({wanted, int64_t(sms) * BLOCKS_PER_SM,
-                                                   int64_t(MSE_LOSS_MAX_BLOCKS)}));
-}
 
 // The forward: the terms (reduction none) or their sum / divisor; with grad, also
 // dL/dinput = 2 (input - target) / divisor for grad_loss = 1.
@@ -55,7 +36,7 @@ mse_loss_forward_kernel(const T* __restrict__ input,     // (n,)
     const float grad_scale = 2.0f / divisor;
     const int64_t stride = int64_t(gridDim.x) * THREADS;
     const int64_t first = blockIdx.x * int64_t(THREADS) + threadIdx.x;
-    const int64_t found = mse_common_head(n, input, target, terms, grad, sizeof(T));
+    const int64_t found = common_head(n, input, target, terms, grad, sizeof(T));
     const int64_t head = found < 0 ? n : found, packs = found < 0 ? 0 : (n - head) / V;
     float sum = 0.0f;
     auto one = [&](int64_t i) {
@@ -110,7 +91,8 @@ cudaError_t mse_loss_forward_launch(const void* input, const void* target, float
         : stream_workspace(stream, partials + MSE_LOSS_MAX_BLOCKS, sizeof(unsigned int),
                            reinterpret_cast<void**>(&ticket));
     if (err != cudaSuccess) return err;
-    const int64_t blocks = mse_blocks(int64_t(THREADS) * Pack<T>::size * UNROLL, n);
+    const int64_t blocks = one_wave_blocks(int64_t(THREADS) * Pack<T>::size * UNROLL, n, BLOCKS_PER_SM,
+                                                 MSE_LOSS_MAX_BLOCKS);
     mse_loss_forward_kernel<T><<<blocks, THREADS, 0, stream>>>(
         static_cast<const T*>(input), static_cast<const T*>(target), partials, ticket, static_cast<T*>(loss),
         static_cast<T*>(elementwise), static_cast<T*>(grad_input), n, divisor);

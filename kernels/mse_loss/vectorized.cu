@@ -50,7 +50,7 @@ mse_loss_backward_kernel(const T* __restrict__ input,       // (n,)
     const float scale = grad_terms ? 2.0f : 2.0f * to_float(*grad_loss) / divisor;
     const int64_t stride = int64_t(gridDim.x) * THREADS;
     const int64_t first = blockIdx.x * int64_t(THREADS) + threadIdx.x;
-    const int64_t found = mse_common_head(n, input, target, grad_terms, grad, sizeof(T));
+    const int64_t found = common_head(n, input, target, grad_terms, grad, sizeof(T));
     const int64_t head = found < 0 ? n : found, packs = found < 0 ? 0 : (n - head) / V;
     auto one = [&](int64_t i) {
         const float s = grad_terms ? scale * to_float(grad_terms[i]) : scale;
@@ -82,7 +82,8 @@ cudaError_t mse_loss_vectorized_options_backward(const void* input, const void* 
                                                  DType dtype, cudaStream_t stream) {
     return dispatch_dtype(dtype, [&](auto tag) {
         using T = decltype(tag);
-        const int64_t blocks = mse_blocks(int64_t(THREADS) * Pack<T>::size, n);
+        const int64_t blocks = one_wave_blocks(int64_t(THREADS) * Pack<T>::size, n, BLOCKS_PER_SM,
+                                                     MSE_LOSS_MAX_BLOCKS);
         mse_loss_backward_kernel<T><<<blocks, THREADS, 0, stream>>>(
             static_cast<const T*>(input), static_cast<const T*>(target), static_cast<const T*>(grad_loss),
             static_cast<const T*>(grad_terms), static_cast<T*>(grad_input), n, divisor);

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <math.h>
+#include "common/grid.cuh"
 #include "common/last_block.cuh"
 #include "common/reduce.cuh"
 #include "common/row_split.cuh"
@@ -174,17 +175,7 @@ cudaError_t triplet_rows(const void* a, const void* p, const void* n, void* ga, 
                            opt.reduction == TRIPLET_MEAN ? float(N) : 1.0f, opt};
     constexpr auto kernel = triplet_rows_kernel<T, BLOCK, CACHE, WAVES == 0>;
     int64_t blocks = N;
-    if constexpr (WAVES > 0) {
-        static const int per_sm = [] {  // the kernel's occupancy, once
-            int count = 1;
-            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&count, kernel, BLOCK, 0);
-            return count;
-        }();
-        int device = 0, sms = 1;
-        cudaGetDevice(&device);
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-        blocks = std::min<int64_t>(N, int64_t(WAVES) * std::max(1, per_sm) * sms);
-    }
+    if constexpr (WAVES > 0) blocks = std::min<int64_t>(N, WAVES * resident_blocks<kernel, BLOCK>());
     kernel<<<static_cast<unsigned int>(blocks), BLOCK, 0, stream>>>(r);
     return cudaGetLastError();
 }

@@ -1,8 +1,9 @@
-// vectorized: one block per row, 16-byte loads of the three rows (a scalar head and tail where a row
-// does not start on a 16-byte boundary), each thread's first packs all in flight at once, and the
-// three squared distances reduced with warp shuffles (rows.cuh). Its forward writes the loss only
-// (inference pays for no gradient); its backward reads the rows again and writes dL/danchor (and,
-// through the options launchers, dL/dpositive and dL/dnegative) from the packs it holds.
+// vectorized: a block a row (the forward alone: rows in turn on the blocks resident at once),
+// 16-byte loads of the three rows (a scalar head and tail where a row does not start on a 16-byte
+// boundary), each thread's first packs all in flight at once, and the three squared distances
+// reduced with warp shuffles (rows.cuh). Its forward writes the loss only (inference pays for no
+// gradient); its backward reads the rows again and writes dL/danchor (and, through the options
+// launchers, dL/dpositive and dL/dnegative) from the packs it holds.
 #include "common/dispatch.cuh"
 #include "triplet_margin_loss/launchers.h"
 #include "triplet_margin_loss/options.h"
@@ -28,7 +29,7 @@
 // and it takes rows in turn on the blocks the GPU holds at once (rows.cuh), where a block a row
 // left the GPU part idle in its last wave and drew a ticket a row.
 #ifndef LOSSLAB_TRIPLET_MARGIN_LOSS_VECTORIZED_FORWARD_WAVES
-#define LOSSLAB_TRIPLET_MARGIN_LOSS_VECTORIZED_FORWARD_WAVES 1  // blocks: this times those the GPU holds at once: 1 2 4 8
+#define LOSSLAB_TRIPLET_MARGIN_LOSS_VECTORIZED_FORWARD_WAVES 1  // blocks: this times those resident at once: 1 2 4 8
 #endif
 constexpr int THREADS = LOSSLAB_TRIPLET_MARGIN_LOSS_VECTORIZED_THREADS;
 constexpr int CACHE = LOSSLAB_TRIPLET_MARGIN_LOSS_VECTORIZED_CACHE;
