@@ -23,7 +23,7 @@ report: $(VENV)/.installed
 
 test: $(VENV)/.installed
 	$(PY) -m ruff check losslab tests
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --durations=15
 
 # On a GPU machine with torch already installed: build, test and record results.
 gpu-suite:

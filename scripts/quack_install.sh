@@ -2,8 +2,14 @@
 # quack-kernels 0.6.5 (the optional quack peer: Dao-AILab's CuTe-DSL kernels) onto the GPU machine, which
 # has no network. Its CUDA 13 CuTe-DSL libraries wheel (92 MB) is more than one transfer carries, so it
 # travels in two halves over two calls on one warm machine. Run from the repository root.
+#   here, with a network, the wheels (nvidia-cutlass-dsl 4.8 loads its MLIR bindings from libs-base: without
+#   it `import quack` fails on _cutlass_ir; liger-kernel, the other optional peer, comes along):
+#     pip download --no-deps --only-binary=:all: --platform manylinux_2_28_x86_64 --python-version 3.12 \
+#       -d .whl/quack quack-kernels==0.6.5 nvidia-cutlass-dsl==4.8.1 nvidia-cutlass-dsl-libs-base==4.8.1 \
+#       nvidia-cutlass-dsl-libs-core==4.8.1 nvidia-cutlass-dsl-libs-cu13==4.8.1 "apache-tvm-ffi<0.2" \
+#       torch-c-dlpack-ext einops liger-kernel==0.8.5
 #   here:      scripts/quack_install.sh prepare   .whl/quack/*.whl -> .whl/quack-a (first half of the cu13
-#                                                 wheel, the small wheels), .whl/quack-b (second half, sha256)
+#                                                 wheel), .whl/quack-b (second half, sha256, the small wheels)
 #   call 1:    carry .whl/quack-a:  scripts/quack_install.sh stage     (copies it to /tmp/quack-stage)
 #   call 2:    carry .whl/quack-b:  scripts/quack_install.sh install   (joins the halves, checks the sha256,
 #                                                 pip install --no-index --no-deps --target /tmp/site)
@@ -25,7 +31,7 @@ prepare)
     split -b 47000000 "$big" "/tmp/$(basename "$big").part-"
     mv "/tmp/$(basename "$big").part-aa" .whl/quack-a/
     mv "/tmp/$(basename "$big").part-ab" .whl/quack-b/
-    find .whl/quack -name '*.whl' ! -name '*cu13*' -exec cp {} .whl/quack-a/ \;
+    find .whl/quack -name '*.whl' ! -name '*cu13*' -exec cp {} .whl/quack-b/ \;
     (cd "$(dirname "$big")" && sha256sum "$(basename "$big")") > .whl/quack-b/cu13.sha256
     du -b .whl/quack-a .whl/quack-b ;;
 stage)
@@ -43,5 +49,5 @@ install)
     python3 -c "import quack; print('quack', quack.__version__, 'imports from', quack.__file__)"
     echo "export PYTHONPATH=$SITE:$DSL_PACKAGES:\$PYTHONPATH" ;;
 *)
-    sed -n '2,17p' "$0"; exit 2 ;;
+    sed -n '2,18p' "$0"; exit 2 ;;
 esac
