@@ -104,6 +104,24 @@ def _host_cause(operator: records.BenchRow, best: records.BenchRow) -> str:
     return f"; host-bound: host {operator.host_ms:.4f} ms a call, {best.implementation}'s {best.host_ms:.4f}"
 
 
+def smallest_call_host_times(sections: Sequence[records.Section], shape: tuple) -> str | None:
+    """One line: the host ms per float32 forward+backward call at ``shape`` (the sweep's smallest) of
+    what a user calls and of eager PyTorch on each device that recorded both (``*`` where
+    :func:`host_bound`), or None where no device did. At launch-bound sizes these host times, not
+    the kernels, set a training step's time: the measured cause of those cells."""
+    parts = []
+    for s in sections:
+        rows = {r.implementation: r for r in s.rows if r.dtype == "float32" and r.direction == "forward_backward"
+                and tuple(r.shape) == shape and r.implementation in (OPERATOR, "eager") and r.host_ms is not None}
+        if len(rows) == 2:
+            parts.append(f"{short_device(s.device)} " + ", ".join(
+                f"{k} {rows[k].host_ms:.4f}{'*' if host_bound(rows[k]) else ''}" for k in (OPERATOR, "eager")))
+    if not parts:
+        return None
+    return (f"Host ms per float32 forward+backward call at {'×'.join(map(str, shape))}, what a training step "
+            f"this small costs on its own, PyTorch's autograd included: {'; '.join(parts)}.")
+
+
 def sweep_markdown(problem: str, sections: Sequence[records.Section]) -> str:
     """A markdown table of ``problem``'s sweep on each device of ``sections`` (one Section per
     device): per dtype and direction, at each shape of ``bench.SWEEP_SHAPES`` that some device
@@ -145,6 +163,9 @@ def sweep_markdown(problem: str, sections: Sequence[records.Section]) -> str:
            "", *lines, ""]
     out.append("\\* host-bound: the host takes longer to issue the call than the GPU to run it (its host ms "
                "per call, in the record, is above the GPU time shown), so a lone call costs its host time.")
+    host_line = smallest_call_host_times(sections, shapes[0]) if shapes else None
+    if host_line:
+        out.append(host_line)
     out.append(f"{' or '.join(peers) or 'A peer'} is faster than what a user calls in {len(behind)} of {counted} "
                "cells" + (":" if behind else "."))
     out += [f"- {b}" for b in behind]

@@ -8,7 +8,8 @@
 # WORKER_TIMEOUT (seconds, default 540) stops a group where it is: a problem whose stages ended is
 # whole. No group times while another compiles: each first builds its problems' kernels and teaching
 # ladders (ninja at this machine's cores / GPUs jobs), then waits until every group has, since a
-# sibling's nvcc on all cores slowed the host-bound cells of a record by up to 3x. Then each group's sections are gathered into
+# sibling's nvcc on all cores slowed the host-bound cells of a record by up to 3x; torch.compile's
+# workers and OpenMP get the same share of the cores. Then each group's sections are gathered into
 # reports/results/<device>.json (replacing those problems' sections, keeping the others'), the
 # ladder's claims are checked on the gathered record, and the summary prints last.
 # Logs: $OUT/gpu<i>.log (each group's; the suite's own under /tmp/losslab-gpu<i>-out/); the gathered
@@ -55,7 +56,9 @@ for name in sys.argv[1:]: extension.load_extension(name); ladder.load_ladder(nam
 }
 export -f worker
 GROUPS_N=${#groups[@]} MAX_JOBS=$(( $(nproc) / ${#groups[@]} > 1 ? $(nproc) / ${#groups[@]} : 1 ))
-export OUT TESTS STAGES EVALUATE GROUPS_N MAX_JOBS
+# each group's share of the cores for what still compiles while siblings time: torch.compile's peers
+TORCHINDUCTOR_COMPILE_THREADS=$MAX_JOBS OMP_NUM_THREADS=$MAX_JOBS
+export OUT TESTS STAGES EVALUATE GROUPS_N MAX_JOBS TORCHINDUCTOR_COMPILE_THREADS OMP_NUM_THREADS
 rm -f /tmp/losslab-built* /tmp/losslab-timed*
 pids=()
 for i in "${!groups[@]}"; do

@@ -267,6 +267,9 @@ def test_the_sweep_summary_names_each_cell_where_a_peer_leads_and_stale_results(
     for row in data.rows:
         if row.kind == "variant":
             row.host_ms = 0.9
+    # eager: 2 ms on the GPU, 0.8 ms on the host (not host-bound)
+    data.rows += [dataclasses.replace(r, implementation="eager", kind="peer", median_ms=2.0, host_ms=0.8)
+                  for r in data.rows if r.implementation == "fused"]
     records.save_section("kl_div", data, results_dir)
     code, out, _ = run(["summary", "--sweep", "--results-dir", str(results_dir)], capsys)
     assert code == 0
@@ -278,6 +281,8 @@ def test_the_sweep_summary_names_each_cell_where_a_peer_leads_and_stale_results(
     assert ("losslab.nn is behind the best rung by more than max(3 %, 1 µs) in 1 of 2 cells:\n"
             "- Fixture GPU float32 forward_backward 16384×16384: losslab.nn 1.2000 ms") in out
     assert "(x1.20); host-bound: host 1.5000 ms a call, shared_memory's 0.9000\n" in out
+    assert ("Host ms per float32 forward+backward call at 16384×16384, what a training step this small costs on "
+            "its own, PyTorch's autograd included: Fixture GPU losslab.nn 1.5000*, eager 0.8000.\n") in out
     assert "measured on older sources than the repository's" in out
 
 
