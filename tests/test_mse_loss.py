@@ -8,6 +8,7 @@ non-contiguous, inf/NaN), a loss over more than 2^31 elements, opcheck, one back
 forward, and a torch.compile(fullgraph=True) step captured in a CUDA graph.
 """
 import inspect
+import shutil
 import warnings
 
 import pytest
@@ -21,6 +22,9 @@ from losslab.measure.check import TOLERANCES
 from losslab.problems import mse_loss as mse_host
 from losslab.problems.base import misaligned_view
 from losslab.problems.mse_loss import functional as MF
+from losslab.teach.simulator import build as sim_build
+from losslab.teach.simulator import cases as sim_cases
+from losslab.teach.simulator import run as sim_run
 
 MSE = problems.get("mse_loss")
 X = torch.randn(4, 5)
@@ -96,6 +100,43 @@ def test_condition_is_one():
     p, t = MSE.make_inputs((4, 8), seed=0, device="cpu")
     magnitude, total = MSE.condition_parts(p.double(), t.double())
     assert magnitude == total > 0
+
+
+# The operators' forward kernel (options.cuh) on the CPU simulator: its grid is one wave of the simulated GPU
+# (2 SMs of 1024 threads: 32 blocks of 64), so a thread takes many rounds of UNROLL packs, the last often
+# partial; UNROLL 1 has no partial round. The gradient for grad_loss = 1 comes from the forward, as fused's.
+OPERATOR_FORWARD = """
+constexpr int THREADS = 64;
+#include "common/scale.cuh"
+#include "mse_loss/launchers.h"
+#include "mse_loss/options.h"
+#include "mse_loss/options.cuh"
+
+cudaError_t mse_loss_custom_forward(const void* p, const void* t, float*, void* loss, void* grad, int64_t B,
+                                    int64_t D, DType, cudaStream_t stream) {
+    static float* partials = nullptr;  // the operators' scratch: a partial a block, then the ticket
+    if (!partials) cudaMalloc(reinterpret_cast<void**>(&partials), (MSE_LOSS_MAX_BLOCKS + 4) * sizeof(float));
+    return mse_loss_forward_launch<float>(p, t, partials, loss, nullptr, grad, B * D, float(B * D), stream);
+}
+
+cudaError_t mse_loss_custom_backward(const void*, const void*, const void* grad_loss, void* grad, int64_t B,
+                                     int64_t D, DType dtype, cudaStream_t stream) {
+    return scale_in_place(grad, grad_loss, B * D, dtype, stream);
+}
+"""
+
+
+@pytest.mark.skipif(shutil.which(sim_build.CXX) is None, reason=f"the CPU simulator needs {sim_build.CXX}")
+@pytest.mark.parametrize("unroll", [1, 4])
+def test_operator_forward_kernel_matches_float64_on_the_cpu_simulator(unroll):
+    source = f"constexpr int UNROLL = {unroll};\n" + OPERATOR_FORWARD
+    outcome = sim_run.run(source, MSE.name, label="options.cuh", order="reverse")
+    assert outcome.compiled, outcome.compile_error
+    for r in outcome.results:
+        assert r.failure is None, (r.case.name, r.failure)
+        ref = sim_cases.mse_loss_reference(r.case)
+        assert r.loss == pytest.approx(ref["loss"][0], rel=1e-6), r.case.name
+        assert abs(r.grad - ref["grad"]).max() <= 1e-6 * abs(ref["grad"]).max() + 1e-12, r.case.name
 
 
 # --- cpu tier: losslab.nn -------------------------------------------------------------------------------
