@@ -11,6 +11,7 @@ and a torch.compile(fullgraph=True) training step captured in a CUDA graph.
 """
 import itertools
 import math
+import shutil
 
 import pytest
 import torch
@@ -23,6 +24,9 @@ from losslab.measure.check import TOLERANCES
 from losslab.problems import hinge_loss as hinge_host
 from losslab.problems.hinge_loss import functional as HF
 from losslab.problems.hinge_loss import kernelbench
+from losslab.teach.simulator import build as sim_build
+from losslab.teach.simulator import cases as sim_cases
+from losslab.teach.simulator import run as sim_run
 
 HINGE = problems.get("hinge_loss")
 
@@ -152,6 +156,40 @@ def test_bad_targets_are_named_before_any_launch(case):
     p, t = HINGE.make_inputs((5, 7), seed=0, device="cpu")
     with pytest.raises(error, match=message):
         losslab.variant("hinge_loss", "vectorized")(*make(p, t))
+
+
+# The operators' forward kernel (forward.cuh: walk.cuh's walk and grid) on the CPU simulator, writing the loss
+# and, as fused's, the gradient for grad_loss = 1; the backward scales it. 64 threads and 4 rows in flight, on
+# the standard cases and on more rows than a round holds (groups of rows in turn, the last round partial).
+OPERATOR_FORWARD = """
+#include "common/scale.cuh"
+#include "hinge_loss/forward.cuh"
+#include "hinge_loss/launchers.h"
+
+cudaError_t hinge_loss_custom_forward(const void* p, const void* t, float* partials, void* loss, void* grad,
+                                      int64_t B, int64_t D, DType dtype, cudaStream_t stream) {
+    return hinge_loss_forward_launch<64, 4, Mode::sum_and_grad>(p, t, partials, loss, grad, B, D, float(B * D),
+                                                                dtype, stream);
+}
+
+cudaError_t hinge_loss_custom_backward(const void*, const void*, const void* grad_loss, void* grad, int64_t B,
+                                       int64_t D, DType dtype, cudaStream_t stream) {
+    return scale_in_place(grad, grad_loss, B * D, dtype, stream);
+}
+"""
+
+
+@pytest.mark.skipif(shutil.which(sim_build.CXX) is None, reason=f"the CPU simulator needs {sim_build.CXX}")
+def test_operator_forward_kernel_matches_float64_on_the_cpu_simulator():
+    cases = [*sim_cases.hinge_loss_cases(), sim_cases.hinge_loss_case("41 x 300 (rows in turn)", 41, 300, seed=7),
+             sim_cases.hinge_loss_case("9 x 1001 (odd width, rows in turn)", 9, 1001, seed=8)]
+    outcome = sim_run.run(OPERATOR_FORWARD, HINGE.name, cases, label="forward.cuh", order="reverse")
+    assert outcome.compiled, outcome.compile_error
+    for r in outcome.results:
+        assert r.failure is None, (r.case.name, r.failure)
+        ref = sim_cases.hinge_loss_reference(r.case)
+        assert r.loss == pytest.approx(ref["loss"][0], rel=1e-6), r.case.name
+        assert abs(r.grad - ref["grad"]).max() <= 1e-6 * abs(ref["grad"]).max() + 1e-12, r.case.name
 
 
 # --- cpu tier: losslab.nn.functional.hinge_loss ---------------------------------------------------------
