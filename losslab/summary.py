@@ -12,6 +12,8 @@ from losslab.measure.bench import SWEEP_DIRECTIONS, SWEEP_SHAPES
 from losslab.variants import OPERATOR
 
 SWEEP_PEERS = ("compile", "liger", "quack")  # the optimised peers; eager is in the record and notebook 03
+HOST_BOUND = ("* host-bound: the host takes longer to issue the call than the GPU to run it (its host ms per call, "
+              "in the record, is above the GPU time shown), so a lone call costs its host time.")
 
 
 def stale_note(section: records.Section) -> str | None:
@@ -46,9 +48,9 @@ def summary_text(sections: dict[str, records.Section]) -> str:
     device = lambda s: f"{s.device[:22]:<23}" if many else ""
     width = max(len("problem"), *map(len, views))  # the longest problem name sets the first column
     lines = [f"{'problem':<{width}} {'direction':<16} " + (f"{'device':<23}" if many else "")
-             + f"{'best rung':<14} {'ms':>8} {'of bw':>6}   {OPERATOR + ' ms (x best rung)':<26} "
+             + f"{'best rung':<14} {'ms':>8} {'of bw':>5}   {OPERATOR + ' ms (x best rung)':<26} "
              f"peers (ms, speedup of {OPERATOR}, else of the best rung)"]
-    notes = []
+    notes, starred = [], False
     for name, s in views.items():
         for direction in ("forward", "forward_backward"):
             rows = [r for r in s.rows if r.direction == direction]
@@ -58,12 +60,18 @@ def summary_text(sections: dict[str, records.Section]) -> str:
             best = min(variants, key=lambda r: r.median_ms)
             operator = next((r for r in rows if r.implementation == OPERATOR), None)
             mine = operator or best
-            public = f"{operator.median_ms:.3f} (x{operator.median_ms / best.median_ms:.2f})" if operator else "—"
-            peers = "  ".join(f"{r.implementation} {r.median_ms:.3f}{'!' if r.below_floor else ''} "
-                              f"(x{r.median_ms / mine.median_ms:.2f})" for r in rows if r.kind == "peer")
+            public = (f"{operator.median_ms:.3f}{'*' if host_bound(operator) else ''} "
+                      f"(x{operator.median_ms / best.median_ms:.2f})" if operator else "—")
+            peers = "  ".join(f"{r.implementation} {r.median_ms:.3f}{'!' if r.below_floor else ''}"
+                              f"{'*' if host_bound(r) else ''} (x{r.median_ms / mine.median_ms:.2f})"
+                              for r in rows if r.kind == "peer")
+            starred = starred or host_bound(best) or any(host_bound(r) for r in rows if r.kind != "variant")
             notes += [f"! {name} {r.implementation} {direction}: {r.floor_note}" for r in rows if r.below_floor]
-            lines.append(f"{name:<{width}} {direction:<16} {device(s)}{best.implementation:<14} {best.median_ms:>8.3f} "
-                         f"{best.fraction_of_bandwidth:>6.0%}   {public:<26} {peers}")
+            lines.append(f"{name:<{width}} {direction:<16} {device(s)}{best.implementation:<14} "
+                         f"{best.median_ms:>8.3f}{'*' if host_bound(best) else ' '}"
+                         f"{best.fraction_of_bandwidth:>5.0%}   {public:<26} {peers}")
+    if starred:
+        notes.append(HOST_BOUND)
     notes += [f"note: {note}" for s in views.values() if (note := stale_note(s))]
     return "\n".join(head + lines + notes)
 
@@ -104,22 +112,25 @@ def _host_cause(operator: records.BenchRow, best: records.BenchRow) -> str:
     return f"; host-bound: host {operator.host_ms:.4f} ms a call, {best.implementation}'s {best.host_ms:.4f}"
 
 
+SMALLEST_CALL = (OPERATOR, "eager", "compile")  # whose host time :func:`smallest_call_host_times` shows
+
+
 def smallest_call_host_times(sections: Sequence[records.Section], shape: tuple) -> str | None:
-    """One line: the host ms per float32 forward+backward call at ``shape`` (the sweep's smallest) of
-    what a user calls and of eager PyTorch on each device that recorded both (``*`` where
-    :func:`host_bound`), or None where no device did. At launch-bound sizes these host times, not
-    the kernels, set a training step's time: the measured cause of those cells."""
+    """One line: the host ms per float32 forward+backward call at ``shape`` (the sweep's smallest),
+    with its GPU ms, of each of :data:`SMALLEST_CALL` on each device that recorded them, or None where
+    no device did. At launch-bound sizes the host's time, PyTorch's autograd included, sets what a
+    lone call costs: the measured cause of the host-bound cells, eager PyTorch's own beside ours."""
     parts = []
     for s in sections:
         rows = {r.implementation: r for r in s.rows if r.dtype == "float32" and r.direction == "forward_backward"
-                and tuple(r.shape) == shape and r.implementation in (OPERATOR, "eager") and r.host_ms is not None}
-        if len(rows) == 2:
+                and tuple(r.shape) == shape and r.implementation in SMALLEST_CALL and r.host_ms is not None}
+        if rows:
             parts.append(f"{short_device(s.device)} " + ", ".join(
-                f"{k} {rows[k].host_ms:.4f}{'*' if host_bound(rows[k]) else ''}" for k in (OPERATOR, "eager")))
+                f"{k} {rows[k].host_ms:.3f} ({rows[k].median_ms:.3f})" for k in SMALLEST_CALL if k in rows))
     if not parts:
         return None
-    return (f"Host ms per float32 forward+backward call at {'×'.join(map(str, shape))}, what a training step "
-            f"this small costs on its own, PyTorch's autograd included: {'; '.join(parts)}.")
+    return (f"One float32 forward+backward call at {'×'.join(map(str, shape))}, the smallest size above: host ms "
+            f"per call (GPU ms in brackets): {'; '.join(parts)}.")
 
 
 def sweep_markdown(problem: str, sections: Sequence[records.Section]) -> str:
@@ -161,8 +172,7 @@ def sweep_markdown(problem: str, sections: Sequence[records.Section]) -> str:
     counted = sum(1 for c in cells.values() for s in shapes if c.get(s, {}).get("best"))
     out = [f"{problem}: median ms per call (L2 flushed), {OPERATOR} / best losslab rung / {' / '.join(peers)}",
            "", *lines, ""]
-    out.append("\\* host-bound: the host takes longer to issue the call than the GPU to run it (its host ms "
-               "per call, in the record, is above the GPU time shown), so a lone call costs its host time.")
+    out.append("\\" + HOST_BOUND)
     host_line = smallest_call_host_times(sections, shapes[0]) if shapes else None
     if host_line:
         out.append(host_line)

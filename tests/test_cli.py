@@ -228,9 +228,13 @@ def test_summary_marks_a_time_below_the_physical_floor(results_dir, capsys, make
     for row in section.rows:
         if row.implementation == "eager" and row.direction == "forward":
             row.median_ms = 0.01
+        if row.implementation == "compile" and row.direction == "forward":
+            row.host_ms = row.median_ms + 1.0  # its host takes longer than its GPU time: host-bound
     records.save_section("kl_div", section, results_dir)
     code, out, _ = run(["summary", "--results-dir", str(results_dir)], capsys)
     assert "eager 0.010!" in out and "! kl_div eager forward: 0.010 ms is below the physical floor" in out
+    assert " compile 2.000* (x" in out and "\n* host-bound: the host takes longer to issue the call" in out
+    assert " compile 2.000 (x" in out  # forward+backward: no host time above its GPU time
 
 
 def readme_block(marker: str) -> str:
@@ -281,8 +285,8 @@ def test_the_sweep_summary_names_each_cell_where_a_peer_leads_and_stale_results(
     assert ("losslab.nn is behind the best rung by more than max(3 %, 1 µs) in 1 of 2 cells:\n"
             "- Fixture GPU float32 forward_backward 16384×16384: losslab.nn 1.2000 ms") in out
     assert "(x1.20); host-bound: host 1.5000 ms a call, shared_memory's 0.9000\n" in out
-    assert ("Host ms per float32 forward+backward call at 16384×16384, what a training step this small costs on "
-            "its own, PyTorch's autograd included: Fixture GPU losslab.nn 1.5000*, eager 0.8000.\n") in out
+    assert ("One float32 forward+backward call at 16384×16384, the smallest size above: host ms per call (GPU ms in "
+            "brackets): Fixture GPU losslab.nn 1.500 (1.200), eager 0.800 (2.000).\n") in out
     assert "measured on older sources than the repository's" in out
 
 
