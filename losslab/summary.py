@@ -177,7 +177,7 @@ def sweep_markdown(problem: str, sections: Sequence[records.Section]) -> str:
     if host_line:
         out.append(host_line)
     out.append(f"{' or '.join(peers) or 'A peer'} is faster than what a user calls in {len(behind)} of {counted} "
-               "cells" + (":" if behind else "."))
+               "cells" + (" (by any margin; the goal allows max(3 %, 1 µs)):" if behind else "."))
     out += [f"- {b}" for b in behind]
     out.append(f"{OPERATOR} is behind the best rung by more than max(3 %, 1 µs) in {len(lagging)} of {counted} cells"
                + (":" if lagging else "."))
