@@ -31,8 +31,9 @@ def summary_text(sections: dict[str, records.Section]) -> str:
     """The best variant of each problem against each peer, forward and forward_backward, from each
     section's :meth:`~losslab.records.Section.view` (its seed size and float32 when it holds them),
     headed by exactly what it shows: size and dtype per problem, and the device, versions and dates;
-    when the problems come from different devices, a line per problem and a device column; a
-    note per problem measured on older sources than the repository's (:func:`stale_note`)."""
+    when the problems come from different devices, a line per problem and a device column; a ``*``
+    on each :func:`host_bound` time, with :data:`HOST_BOUND` below; a note per problem measured on
+    older sources than the repository's (:func:`stale_note`)."""
     views = {name: s.view() for name, s in sections.items()}
     held = {name: f"{'x'.join(map(str, s.primary_shape or ()))} {s.primary_dtype}" for name, s in views.items()}
     where = {name: f"{s.device} (torch {s.torch}, CUDA {s.cuda})" for name, s in views.items()}
