@@ -31,14 +31,17 @@ if [ ${#groups[@]} -eq 0 ] || [ ${#groups[@]} -gt "$gpus" ]; then
 fi
 mkdir -p "$OUT/results"
 root=$PWD
+barrier() {  # barrier NAME: this group has reached NAME; wait until every group has
+    touch "/tmp/losslab-$1$i"
+    while [ "$(find /tmp -maxdepth 1 -name "losslab-$1*" | wc -l)" -lt "$GROUPS_N" ]; do sleep 2; done
+}
 worker() {  # worker GPU "problem ..."
     local i=$1 names=$2
     cd "/tmp/losslab-gpu$i" || exit 1
     export CUDA_VISIBLE_DEVICES=$i PYTHONPATH=/tmp/losslab-gpu$i${PYTHONPATH:+:$PYTHONPATH} TORCH_EXTENSIONS_DIR=/tmp/ext$i
     python3 -c "import sys; from losslab.build import extension, ladder
 for name in sys.argv[1:]: extension.load_extension(name); ladder.load_ladder(name)" $names
-    touch "/tmp/losslab-built$i"  # built or failed (the suite then says why): the others may start
-    while [ "$(find /tmp -maxdepth 1 -name 'losslab-built*' | wc -l)" -lt "$GROUPS_N" ]; do sleep 2; done
+    barrier built  # built or failed (the suite then says why): the others may start
     for name in $names; do  # the suite's own logs stay on the machine: only $OUT/gpu<i>.log comes back
         STAGES=${STAGES:-bench sweep} OUT="/tmp/losslab-gpu$i-out/$name" bash scripts/gpu_suite.sh "$name"
         if [ "${EVALUATE:-1}" != 0 ]; then  # the fused rung as a KernelBench answer, graded at KernelBench's size
@@ -47,14 +50,13 @@ for name in sys.argv[1:]: extension.load_extension(name); ladder.load_ladder(nam
                 | tail -n 8
         fi
     done
-    touch "/tmp/losslab-timed$i"  # the tests compile on all their cores: not while a sibling times
-    while [ "$(find /tmp -maxdepth 1 -name 'losslab-timed*' | wc -l)" -lt "$GROUPS_N" ]; do sleep 2; done
+    barrier timed  # the tests compile on all their cores: not while a sibling times
     if [ "${TESTS:-1}" != 0 ]; then
         echo "== pytest -m gpu -k '${names// / or }'"
         python3 -m pytest -q -rs -m gpu -p no:cacheprovider -k "${names// / or }" tests 2>&1 | tail -n 30
     fi
 }
-export -f worker
+export -f barrier worker
 GROUPS_N=${#groups[@]} MAX_JOBS=$(( $(nproc) / ${#groups[@]} > 1 ? $(nproc) / ${#groups[@]} : 1 ))
 # each group's share of the cores for what still compiles while siblings time: torch.compile's peers
 TORCHINDUCTOR_COMPILE_THREADS=$MAX_JOBS OMP_NUM_THREADS=$MAX_JOBS

@@ -248,13 +248,13 @@ def bench_problem(problem: problems.Problem, shape: tuple[int, int] | None = Non
                     print(f"  {name} left out: {type(err).__name__}: {err}", file=sys.stderr, flush=True)
                     del impls[name]
                     continue
+            rung = problem.rung(name) if name in problem.variants else getattr(fn, "rung", None)
+            # this round's share of the repeats; the first round warms up (builds, compiles, autotunes)
+            share = repeats // rounds + (round_ < repeats % rounds)
             for direction, (call, setup) in calls.items():
-                rung = problem.rung(name) if name in problem.variants else getattr(fn, "rung", None)
                 if direction not in directions or (direction == "backward" and rung is not None
                                                    and rung.writes_grad_in_forward):
                     continue
-                # this round's share of the repeats; the first round warms up (builds, compiles, autotunes)
-                share = repeats // rounds + (round_ < repeats % rounds)
                 began = compile_events()
                 timed.setdefault((name, direction), []).append(
                     time_cuda(call, repeats=share, flush=flush, setup=setup, warmup_ms=50.0 if round_ == 0 else 5.0))

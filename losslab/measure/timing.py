@@ -51,12 +51,18 @@ def combine(timings: list[Timing]) -> Timing:
     """
     if not timings or any(not t.times_ms for t in timings):
         raise ValueError("timings: expected at least one Timing, each with its calls' times (times_ms)")
-    times = sorted(x for t in timings for x in t.times_ms)
-    host = [x for t in timings for x in t.host_times_ms]
     together = [t.back_to_back_ms for t in timings if t.back_to_back_ms is not None]
+    return _of_calls([x for t in timings for x in t.times_ms], [x for t in timings for x in t.host_times_ms],
+                     statistics.median(together) if together else None,
+                     sum(t.compiles_while_timed for t in timings))
+
+
+def _of_calls(times: list[float], host: list[float], together: float | None, compiles: int) -> Timing:
+    """The Timing of timed calls: their GPU times and host times (ms), the back-to-back time per
+    call and the compilations while they ran."""
+    times = sorted(times)
     return Timing(statistics.median(times), _percentile(times, 0.1), _percentile(times, 0.9), len(times),
-                  statistics.median(together) if together else None, statistics.median(host) if host else None,
-                  sum(t.compiles_while_timed for t in timings), tuple(times), tuple(host))
+                  together, statistics.median(host) if host else None, compiles, tuple(times), tuple(host))
 
 
 def compile_events() -> int:
@@ -155,12 +161,11 @@ def time_cuda(fn: Callable, repeats: int = 20, warmup_ms: float = 50.0, flush: t
         host.append((time.perf_counter() - began) * 1e3)
         end.record()
     torch.cuda.synchronize()
-    times = sorted(start.elapsed_time(end) for start, end in events)
+    times = [start.elapsed_time(end) for start, end in events]
     together = None
     if back_to_back:
         together = _back_to_back_ms(fn, setup, min(repeats, BACK_TO_BACK_STATES) if setup else repeats)
-    return Timing(statistics.median(times), _percentile(times, 0.1), _percentile(times, 0.9), repeats,
-                  together, statistics.median(host), compile_events() - compiled, tuple(times), tuple(host))
+    return _of_calls(times, host, together, compile_events() - compiled)
 
 
 def single_call_host_us(fn: Callable[[], object], calls: int) -> float:
