@@ -5,7 +5,8 @@
 // gradients of its elements from those registers (rows longer than THREADS * CACHE packs read the
 // rest again), and the last block adds the rows' losses in a fixed order (common/last_block.cuh).
 // A forward alone (no gradient) takes rows in turn on the blocks the GPU holds at once, each
-// block publishing one partial for its rows. The formulas and PyTorch's conventions: options.h.
+// block publishing one partial for its rows, and reads a row in rounds of CACHE packs a tensor.
+// The formulas and PyTorch's conventions: options.h.
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -63,21 +64,34 @@ __global__ void __launch_bounds__(THREADS) triplet_rows_kernel(const TripletRows
         };
         for (int64_t j = threadIdx.x; j < head; j += THREADS) add(to_float(a[j]), to_float(p[j]), to_float(n[j]));
         const T *av = a + head, *pv = p + head, *nv = n + head;
-        Pack<T> ca[CACHE], cp[CACHE], cn[CACHE];  // this thread's first packs: 3 * CACHE loads in flight
+        Pack<T> ca[CACHE], cp[CACHE], cn[CACHE];  // a round of this thread's packs: 3 * CACHE loads in flight
+        auto load_round = [&](int64_t first) {  // packs first, first + THREADS, ... below packs
 #pragma unroll
-        for (int k = 0; k < CACHE; ++k) {
-            const int64_t i = threadIdx.x + int64_t(k) * THREADS;
-            if (i < packs) {
-                ca[k] = load_pack(av + V * i);
-                cp[k] = load_pack(pv + V * i);
-                cn[k] = load_pack(nv + V * i);
+            for (int k = 0; k < CACHE; ++k) {
+                const int64_t i = first + int64_t(k) * THREADS;
+                if (i < packs) {
+                    ca[k] = load_pack(av + V * i);
+                    cp[k] = load_pack(pv + V * i);
+                    cn[k] = load_pack(nv + V * i);
+                }
             }
-        }
+        };
+        load_round(threadIdx.x);
 #pragma unroll
         for (int k = 0; k < CACHE; ++k)
             if (threadIdx.x + int64_t(k) * THREADS < packs) add_pack(ca[k], cp[k], cn[k]);
-        for (int64_t i = threadIdx.x + int64_t(CACHE) * THREADS; i < packs; i += THREADS)
-            add_pack(load_pack(av + V * i), load_pack(pv + V * i), load_pack(nv + V * i));
+        if constexpr (GRAD) {  // the first round stays in registers for the gradient: the rest a pack at a time
+            for (int64_t i = threadIdx.x + int64_t(CACHE) * THREADS; i < packs; i += THREADS)
+                add_pack(load_pack(av + V * i), load_pack(pv + V * i), load_pack(nv + V * i));
+        } else {  // a forward alone keeps nothing: the rest in rounds, every load of a round in flight
+            const int64_t step = int64_t(CACHE) * THREADS;
+            for (int64_t first = threadIdx.x + step; first < packs; first += step) {
+                load_round(first);
+#pragma unroll
+                for (int k = 0; k < CACHE; ++k)
+                    if (first + int64_t(k) * THREADS < packs) add_pack(ca[k], cp[k], cn[k]);
+            }
+        }
         for (int64_t j = tail + threadIdx.x; j < D; j += THREADS) add(to_float(a[j]), to_float(p[j]), to_float(n[j]));
         ap = block_reduce_sum(ap);
         an = block_reduce_sum(an);
