@@ -54,7 +54,7 @@ cudaError_t hinge_loss_forward_launch(const void* predictions, const void* targe
     }
     return dispatch_dtype(dtype, [&](auto tag) {
         using T = decltype(tag);
-        const Grid grid = walk_grid<T>(B, D, THREADS);
+        const Grid grid = walk_grid<T>(B, D, THREADS, UNROLL);
         const auto args = [&](auto kernel) {
             kernel<<<grid.blocks, THREADS, 0, stream>>>(static_cast<const T*>(predictions),
                                                         static_cast<const T*>(targets), partials, ticket,

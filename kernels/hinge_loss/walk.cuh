@@ -18,11 +18,14 @@ struct Grid {
     int64_t columns, blocks;  // blocks across a row; blocks in all (columns x groups of rows)
 };
 
+// At most as many groups of rows as fill each thread's `unroll` rows in flight: at 128 rows, one a
+// block left 3 of the forward's 4 slots empty and needed twice the blocks the GPU holds at once.
 template <typename T>
-Grid walk_grid(int64_t B, int64_t D, int threads) {
+Grid walk_grid(int64_t B, int64_t D, int threads, int unroll = 1) {
     const int64_t width = int64_t(threads) * Pack<T>::size;
     const int64_t columns = std::min<int64_t>((D + width - 1) / width, HINGE_LOSS_MAX_PARTIALS);
-    return {columns, columns * std::max<int64_t>(1, std::min<int64_t>(B, HINGE_LOSS_MAX_PARTIALS / columns))};
+    const int64_t groups = std::min<int64_t>((B + unroll - 1) / unroll, HINGE_LOSS_MAX_PARTIALS / columns);
+    return {columns, columns * std::max<int64_t>(1, groups)};
 }
 
 // Whether every row of every non-null pointer is 16-byte aligned.
