@@ -3,7 +3,8 @@
     python scripts/host_overhead.py [--calls 200] [--variants vectorized,fused] [--no-compile]
 
 For each problem, shape (128 x 4096, 2048 x 4096), dtype (float32, bfloat16), implementation
-(the rungs asked for that the problem has for the dtype, and torch.compile of the PyTorch definition) and direction
+(the rungs asked for that the problem has for the dtype, ``losslab.nn.functional``'s function, and the PyTorch
+definition eager and under torch.compile) and direction
 (forward without autograd; forward + backward; forward + backward with the autograd engine on the
 calling thread, ``torch.autograd.set_multithreading_enabled(False)``), one line:
 
@@ -75,17 +76,18 @@ def per_call_us(fn, calls: int) -> float:
     return statistics.median(times)
 
 
-def calls_of(loss_fn, predictions, targets):
+def calls_of(loss_fn, inputs):
     """(forward without autograd, forward + backward, the same on the calling thread) as
-    zero-argument functions."""
-    leaf = predictions.clone().requires_grad_(True)
+    zero-argument functions; the gradient is taken w.r.t. the first input."""
+    leaf = inputs[0].clone().requires_grad_(True)
+    rest = inputs[1:]
 
     def forward():
-        loss_fn(predictions, targets)
+        loss_fn(*inputs)
 
     def forward_backward():
         leaf.grad = None
-        loss_fn(leaf, targets).backward()
+        loss_fn(leaf, *rest).backward()
 
     def forward_backward_one_thread():
         with torch.autograd.set_multithreading_enabled(False):
@@ -112,13 +114,15 @@ def table(args) -> None:
         spec = problems.get(problem)
         for shape in SHAPES:
             for dtype in DTYPES:
-                predictions, targets = spec.make_inputs(shape, seed=0, dtype=dtype)
+                inputs = spec.make_inputs(shape, seed=0, dtype=dtype)
                 impls = [(v, losslab.variant(problem, v)) for v in args.variants
                          if v in spec.variants and dtype in spec.dtypes(v)]
+                impls.append(("losslab.nn", LF.on_problem(problem)))  # what a user calls
+                impls.append(("eager", spec.reference))  # PyTorch's own call: the host-time goal's yardstick
                 if args.compile:
                     impls.append(("torch.compile", torch.compile(spec.reference)))
                 for name, loss_fn in impls:
-                    for row in measure(name, calls_of(loss_fn, predictions, targets), args.calls):
+                    for row in measure(name, calls_of(loss_fn, inputs), args.calls):
                         print(f"{problem:14} {shape[0]:>5}x{shape[1]:<5} {str(dtype)[6:]:9} {row[0]:16} {row[1]:9} "
                               f"{row[2]:8.1f} {row[3]:8.1f} {row[4]:8.1f} {row[5]:8.1f}", flush=True)
 
@@ -137,15 +141,15 @@ def breakdown(calls: int) -> None:
     }
     for problem in problems.names():
         spec = problems.get(problem)
-        p, t = spec.make_inputs((128, 4096), seed=0)
+        inputs = spec.make_inputs((128, 4096), seed=0)
         rung_ops = ops.OPS[(problem, "vectorized")]
-        parts[f"{problem}: validate"] = lambda spec=spec, p=p, t=t: spec.validate(p, t)
-        parts[f"{problem}: operator kernel (no autograd)"] = lambda r=rung_ops, p=p, t=t: r.forward_kernel(p, t)
-        parts[f"{problem}: infer (loss only)"] = lambda r=rung_ops, p=p, t=t: r.infer(p, t)
-        parts[f"{problem}: RungOps call (no grad)"] = lambda r=rung_ops, p=p, t=t: r(p, t)
+        parts[f"{problem}: validate"] = lambda spec=spec, inputs=inputs: spec.validate(*inputs)
+        parts[f"{problem}: operator kernel (no autograd)"] = lambda r=rung_ops, inputs=inputs: r.forward_kernel(*inputs)
+        parts[f"{problem}: infer (loss only)"] = lambda r=rung_ops, inputs=inputs: r.infer(*inputs)
+        parts[f"{problem}: RungOps call (no grad)"] = lambda r=rung_ops, inputs=inputs: r(*inputs)
         loss_fn = losslab.variant(problem, "vectorized")
-        parts[f"{problem}: variant call (no grad)"] = lambda f=loss_fn, p=p, t=t: f(p, t)
-        parts[f"{problem}: torch.ops operator"] = lambda r=rung_ops, p=p, t=t: r.forward(p, t)
+        parts[f"{problem}: variant call (no grad)"] = lambda f=loss_fn, inputs=inputs: f(*inputs)
+        parts[f"{problem}: torch.ops operator"] = lambda r=rung_ops, inputs=inputs: r.forward(*inputs)
     # the drop-in functions (losslab.nn.functional) and PyTorch's own, no grad
     logits, labels = problems.get("cross_entropy").make_inputs((128, 4096), seed=0)
     log_p, q = problems.get("kl_div").make_inputs((128, 4096), seed=0)
