@@ -13,7 +13,10 @@
 # reports/results/<device>.json (replacing those problems' sections, keeping the others'), the
 # ladder's claims are checked on the gathered record, and the summary prints last.
 # Logs: $OUT/gpu<i>.log (each group's; the suite's own under /tmp/losslab-gpu<i>-out/); the gathered
-# records: $OUT/results/ (a few files, so that all of $OUT comes back from a lent machine).
+# records: $OUT/results/ (a few files, so that all of $OUT comes back from a lent machine); each
+# group's record as it stood after each of its problems: $OUT/results/gpu<i>/ (a call cut off before
+# the gathering still brings back the problems it finished: save their sections with
+# losslab.records.save_section).
 #   usage: scripts/gpu_suite_parallel.sh GROUP [GROUP ...]
 #   e.g.   scripts/gpu_suite_parallel.sh cross_entropy kl_div hinge_loss,mse_loss
 set -uo pipefail
@@ -44,6 +47,8 @@ for name in sys.argv[1:]: extension.load_extension(name); ladder.load_ladder(nam
     barrier built  # built or failed (the suite then says why): the others may start
     for name in $names; do  # the suite's own logs stay on the machine: only $OUT/gpu<i>.log comes back
         STAGES=${STAGES:-bench sweep} OUT="/tmp/losslab-gpu$i-out/$name" bash scripts/gpu_suite.sh "$name"
+        # the group's record so far comes back even if the caller's time limit cuts this call off
+        mkdir -p "$OUT/results/gpu$i" && cp reports/results/*.json "$OUT/results/gpu$i/"
         if [ "${EVALUATE:-1}" != 0 ]; then  # the fused rung as a KernelBench answer, graded at KernelBench's size
             python3 -m losslab export "$name" fused -o "/tmp/losslab-gpu$i-out/$name/answer_fused.py" \
                 && python3 -m losslab evaluate "/tmp/losslab-gpu$i-out/$name/answer_fused.py" --problem "$name" 2>&1 \
