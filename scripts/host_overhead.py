@@ -22,7 +22,9 @@ the calling thread waits for it: at launch-bound sizes that hand-over, not the k
 a forward + backward call, for every implementation alike; the "1 thread" rows show how much.
 
 Then a breakdown of one losslab forward's host time into its parts (validation, allocation,
-launch, the autograd.Function), to see where the microseconds go. Needs a CUDA GPU.
+launch, the autograd.Function), to see where the microseconds go, and what a backward written in
+Python costs by itself (a sum's, with PyTorch's C++ backward node and with a Python one). Needs a
+CUDA GPU.
 """
 from __future__ import annotations
 
@@ -174,6 +176,41 @@ def breakdown(calls: int) -> None:
         print(f"  {name:44} {single_call_host_us(fn, calls):7.1f} {host_us(fn, calls):7.1f}")
 
 
+class PythonSum(torch.autograd.Function):
+    """``x.sum()`` with its backward in Python, as losslab's eager operators have theirs."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.shape = x.shape
+        return x.sum()
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad.expand(ctx.shape)
+
+
+def hand_off(calls: int) -> None:
+    """Host us of a sum's forward + backward (128 x 4096 float32) with PyTorch's C++ backward node
+    and with a Python one, on autograd's device thread and on the calling thread: what a Python
+    backward costs by itself, apart from any kernel of losslab's."""
+    print("\nforward + backward of x.sum(), 128 x 4096 float32 (us per call; median of single calls, "
+          "then back to back)")
+    leaf = torch.randn(128, 4096, device="cuda", requires_grad=True)
+    for name, loss in (("C++ backward (SumBackward0)", lambda: leaf.sum()),
+                       ("Python backward (autograd.Function)", lambda: PythonSum.apply(leaf))):
+        def step(loss=loss):
+            leaf.grad = None
+            loss().backward()
+
+        def one_thread(step=step):
+            with torch.autograd.set_multithreading_enabled(False):
+                step()
+        for where, fn in (("device thread", step), ("calling thread", one_thread)):
+            for _ in range(20):
+                fn()
+            print(f"  {name + ', ' + where:58} {single_call_host_us(fn, calls):7.1f} {host_us(fn, calls):7.1f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=200)
@@ -184,6 +221,7 @@ def main() -> None:
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}")
     table(args)
     breakdown(args.calls)
+    hand_off(args.calls)
 
 
 if __name__ == "__main__":
