@@ -62,19 +62,18 @@ mse_loss_forward_kernel(const T* __restrict__ input,     // (n,)
         }
     };
     for (int64_t i = first; i < head; i += stride) one(i);
-    // All of a round's loads in flight before any use, the last (partial) round's too: at 128 x 32768
-    // a thread has about 8 packs, and a remainder taken one pack at a time waited on DRAM for each.
-    for (int64_t k = first; k < packs; k += UNROLL * stride) {
+    int64_t k = first;
+    for (; k + (UNROLL - 1) * stride < packs; k += UNROLL * stride) {
         Pack<T> xp[UNROLL], tp[UNROLL];
 #pragma unroll
-        for (int u = 0; u < UNROLL; ++u)
-            if (k + u * stride < packs)
-                xp[u] = load_pack(input + head + V * (k + u * stride)),
-                tp[u] = load_pack(target + head + V * (k + u * stride));
+        for (int u = 0; u < UNROLL; ++u)  // all loads in flight before any use
+            xp[u] = load_pack(input + head + V * (k + u * stride)),
+            tp[u] = load_pack(target + head + V * (k + u * stride));
 #pragma unroll
-        for (int u = 0; u < UNROLL; ++u)
-            if (k + u * stride < packs) pack(xp[u], tp[u], head + V * (k + u * stride));
+        for (int u = 0; u < UNROLL; ++u) pack(xp[u], tp[u], head + V * (k + u * stride));
     }
+    for (; k < packs; k += stride)
+        pack(load_pack(input + head + V * k), load_pack(target + head + V * k), head + V * k);
     for (int64_t i = head + V * packs + first; i < n; i += stride) one(i);
     if (terms) return;  // the whole grid takes this branch
     finish_sum(block_reduce_sum(sum), partials, ticket, divisor, loss);
@@ -93,7 +92,7 @@ cudaError_t mse_loss_forward_launch(const void* input, const void* target, float
                            reinterpret_cast<void**>(&ticket));
     if (err != cudaSuccess) return err;
     const int64_t blocks = one_wave_blocks(int64_t(THREADS) * Pack<T>::size * UNROLL, n, BLOCKS_PER_SM,
-                                           MSE_LOSS_MAX_BLOCKS);
+                                                 MSE_LOSS_MAX_BLOCKS);
     mse_loss_forward_kernel<T><<<blocks, THREADS, 0, stream>>>(
         static_cast<const T*>(input), static_cast<const T*>(target), partials, ticket, static_cast<T*>(loss),
         static_cast<T*>(elementwise), static_cast<T*>(grad_input), n, divisor);

@@ -83,7 +83,7 @@ cudaError_t mse_loss_vectorized_options_backward(const void* input, const void* 
     return dispatch_dtype(dtype, [&](auto tag) {
         using T = decltype(tag);
         const int64_t blocks = one_wave_blocks(int64_t(THREADS) * Pack<T>::size, n, BLOCKS_PER_SM,
-                                                   MSE_LOSS_MAX_BLOCKS);
+                                                     MSE_LOSS_MAX_BLOCKS);
         mse_loss_backward_kernel<T><<<blocks, THREADS, 0, stream>>>(
             static_cast<const T*>(input), static_cast<const T*>(target), static_cast<const T*>(grad_loss),
             static_cast<const T*>(grad_terms), static_cast<T*>(grad_input), n, divisor);

@@ -90,7 +90,7 @@ cudaError_t smooth_l1_loss_vectorized_options_backward(const void* input, const 
     return dispatch_dtype(dtype, [&](auto tag) {
         using T = decltype(tag);
         const int64_t blocks = one_wave_blocks(int64_t(THREADS) * Pack<T>::size, n, BLOCKS_PER_SM,
-                                                   SMOOTH_L1_LOSS_MAX_BLOCKS);
+                                                     SMOOTH_L1_LOSS_MAX_BLOCKS);
         smooth_l1_loss_backward_kernel<T><<<blocks, THREADS, 0, stream>>>(
             static_cast<const T*>(input), static_cast<const T*>(target), static_cast<const T*>(grad_loss),
             static_cast<const T*>(grad_terms), static_cast<T*>(grad_input), n, divisor, beta, factor);
