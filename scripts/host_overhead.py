@@ -195,16 +195,10 @@ def hand_off(calls: int) -> None:
     backward costs by itself, apart from any kernel of losslab's."""
     print("\nforward + backward of x.sum(), 128 x 4096 float32 (us per call; median of single calls, "
           "then back to back)")
-    leaf = torch.randn(128, 4096, device="cuda", requires_grad=True)
-    for name, loss in (("C++ backward (SumBackward0)", lambda: leaf.sum()),
-                       ("Python backward (autograd.Function)", lambda: PythonSum.apply(leaf))):
-        def step(loss=loss):
-            leaf.grad = None
-            loss().backward()
-
-        def one_thread(step=step):
-            with torch.autograd.set_multithreading_enabled(False):
-                step()
+    x = torch.randn(128, 4096, device="cuda")
+    for name, loss_fn in (("C++ backward (SumBackward0)", torch.sum),
+                          ("Python backward (autograd.Function)", PythonSum.apply)):
+        _, step, one_thread = calls_of(loss_fn, (x,))
         for where, fn in (("device thread", step), ("calling thread", one_thread)):
             for _ in range(20):
                 fn()
