@@ -70,6 +70,24 @@ def test_sass_shows_the_rungs_idea(cubins, problem, source):
         assert not re.search(opcode, sass), f"{source.stem}: did not expect {opcode} in its SASS"
 
 
+# The kernels losslab.nn's operators launch, one per dtype (float32, bfloat16, float16), found by a
+# piece of their name: the options kernels of kl_div and cross_entropy (some dtypes have several),
+# the forward kernel of mse_loss and smooth_l1_loss (exactly one each).
+OPERATOR_KERNELS = [(p, r, "options", None) for p in ("kl_div", "cross_entropy") for r in ("vectorized", "fused")]
+OPERATOR_KERNELS += [(p, r, "forward_kernel", 3) for p in ("mse_loss", "smooth_l1_loss")
+                     for r in ("vectorized", "fused")]
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("problem, rung, name, exactly", OPERATOR_KERNELS,
+                         ids=[f"{p}/{r}.cu" for p, r, _, _ in OPERATOR_KERNELS])
+def test_each_dtype_has_its_operator_kernel(cubins, problem, rung, name, exactly, arch):
+    _, report = cubins[(build.KERNELS / problem / f"{rung}.cu", arch)]
+    found = [k.kernel for k in build.resource_usage(report, arch) if name in k.kernel]
+    assert len(found) == exactly if exactly else len(found) >= 3, \
+        f"{problem}/{rung}.cu on {arch}: expected {exactly or 'at least 3'} {name} kernels (one per dtype), got {found}"
+
+
 # A 16-byte pack stored as four 4-byte stores (nvcc's front end split store_pack's assignment in
 # unrolled loops): a 32-bit store 4 bytes past a register's address, in the fused kernels (whose
 # idea is the 16-byte store; the naive ones store element by element). hinge_loss writes the
