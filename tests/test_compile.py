@@ -88,26 +88,6 @@ def test_each_dtype_has_its_operator_kernel(cubins, problem, rung, name, exactly
         f"{problem}/{rung}.cu on {arch}: expected {exactly or 'at least 3'} {name} kernels (one per dtype), got {found}"
 
 
-# A 16-byte pack stored as four 4-byte stores (nvcc's front end split store_pack's assignment in
-# unrolled loops): a 32-bit store 4 bytes past a register's address, in the fused kernels (whose
-# idea is the 16-byte store; the naive ones store element by element). hinge_loss writes the
-# partial packs at a row's edges element by element (walk.cuh's store_some), so it is left out.
-SPLIT_STORE = r"STG\.E desc\[\w+\]\[R\d+\.64\+0x4\]"
-FUSED = [(p, s) for p, s in SOURCES if s.stem == "fused" and p != "hinge_loss"]
-
-
-@pytest.mark.parametrize("problem, source", FUSED, ids=[f"{p}/{s.name}" for p, s in FUSED])
-def test_a_pack_is_stored_by_one_instruction(cubins, problem, source):
-    cubin, _ = cubins[(source, "sm_90")]
-    for kernel, sass in build.disassemble(cubin).items():
-        assert not re.search(SPLIT_STORE, sass), f"{source.name}: {kernel} stores a 16-byte pack as 4-byte pieces"
-
-
-def test_the_split_store_sign_matches_only_a_store_past_its_base():
-    assert re.search(SPLIT_STORE, "STG.E desc[UR6][R28.64+0x4], R34 ;")
-    assert not re.search(SPLIT_STORE, "STG.E desc[UR6][R28.64], R32 ;\nSTG.E.128 desc[UR6][R28.64+0x10], R4 ;")
-
-
 def test_the_scalar_load_sign_is_not_a_substring_of_a_vector_load():
     assert not re.search(SCALAR_LOAD, "LDG.E.128 R4, desc[UR4][R2.64] ;\nLDG.E.128.CONSTANT R8, desc[UR4][R6.64] ;")
     assert re.search(SCALAR_LOAD, "LDG.E R5, desc[UR4][R2.64] ;")

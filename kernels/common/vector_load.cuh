@@ -107,9 +107,7 @@ __device__ __forceinline__ Pack<T> load_pack(const T* ptr) {  // ptr 16-byte ali
 
 template <typename T>
 __device__ __forceinline__ void store_pack(T* ptr, const Pack<T>& pack) {  // ptr 16-byte aligned
-    // __stwb (st.global.wb: the default cache policy) keeps it one 16-byte store: a plain assignment
-    // came out of nvcc's front end as four 4-byte stores in unrolled loops (mse_loss's fused kernel)
-    __stwb(reinterpret_cast<uint4*>(ptr), pack.raw);
+    *reinterpret_cast<uint4*>(ptr) = pack.raw;
 }
 
 // Shorthand for float-only callers.
