@@ -26,7 +26,7 @@ DEFAULTS = {
     ("hinge_loss", "warp_shuffle"): {"THREADS": 256}, ("hinge_loss", "vectorized"): {"THREADS": 512, "UNROLL": 4},
     ("hinge_loss", "fused"): {"THREADS": 1024, "UNROLL": 2},
     ("triplet_margin_loss", "vectorized"): {"THREADS": 512, "CACHE": 4, "FORWARD_THREADS": 256,
-                                              "FORWARD_CACHE": 2, "FORWARD_WAVES": 1},
+                                              "FORWARD_CACHE": 2, "FORWARD_WAVES": 8},
     ("triplet_margin_loss", "fused"): {"THREADS": 512, "CACHE": 2},
     ("cosine_similarity_loss", "naive"): {"THREADS": 256},
     ("cosine_similarity_loss", "shared_memory"): {"THREADS": 256},

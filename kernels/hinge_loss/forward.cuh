@@ -1,6 +1,7 @@
 // The one forward kernel of the vectorized and fused operators (walk.cuh's walk), in three
 // modes: the sum (the loss), the sum and the gradient for grad_loss = 1 (fused), and the terms
-// (reduction none). Each rung's file instantiates it with its own launch knobs.
+// (reduction none). Each rung's file instantiates it with its own launch knobs. The sum alone
+// reads inputs that fit in a few L2s with evict-first loads (walk.cuh's evict_first_fits).
 #pragma once
 #include "common/dispatch.cuh"
 #include "common/last_block.cuh"
@@ -10,7 +11,7 @@
 
 enum class Mode { sum, sum_and_grad, terms };
 
-template <typename T, int THREADS, int UNROLL, Mode MODE, bool PACKED>
+template <typename T, int THREADS, int UNROLL, Mode MODE, bool PACKED, bool EVICT_FIRST = false>
 __global__ void __launch_bounds__(THREADS)
 hinge_loss_forward_kernel(const T* __restrict__ predictions,  // (B, D)
                           const T* __restrict__ targets,      // (D,)
@@ -22,7 +23,7 @@ hinge_loss_forward_kernel(const T* __restrict__ predictions,  // (B, D)
     constexpr int V = Pack<T>::size;
     const float inv_divisor = 1.0f / divisor;
     float sum = 0.0f;
-    walk<T, THREADS, UNROLL, PACKED>(predictions, targets, B, D, columns,
+    walk<T, THREADS, UNROLL, PACKED, EVICT_FIRST>(predictions, targets, B, D, columns,
                                      [&](int64_t offset, const Pack<T>& p, const float (&t)[V], int n) {
         float f[V];
 #pragma unroll
@@ -61,10 +62,12 @@ cudaError_t hinge_loss_forward_launch(const void* predictions, const void* targe
                                                         static_cast<T*>(loss), static_cast<T*>(out), B, D,
                                                         grid.columns, divisor);
         };
-        if (rows_packed<T>(D, {predictions, targets, out}))
-            args(hinge_loss_forward_kernel<T, THREADS, UNROLL, MODE, true>);
-        else
+        if (!rows_packed<T>(D, {predictions, targets, out}))
             args(hinge_loss_forward_kernel<T, THREADS, UNROLL, MODE, false>);
+        else if (MODE == Mode::sum && evict_first_fits((B + 1) * D * int64_t(sizeof(T))))
+            args(hinge_loss_forward_kernel<T, THREADS, UNROLL, MODE, true, MODE == Mode::sum>);
+        else
+            args(hinge_loss_forward_kernel<T, THREADS, UNROLL, MODE, true>);
         return cudaGetLastError();
     });
 }

@@ -26,10 +26,11 @@
 #ifndef LOSSLAB_TRIPLET_MARGIN_LOSS_VECTORIZED_FORWARD_CACHE
 #define LOSSLAB_TRIPLET_MARGIN_LOSS_VECTORIZED_FORWARD_CACHE 2  // packs per tensor in flight, forward alone: 1 2 4
 #endif
-// and it takes rows in turn on the blocks the GPU holds at once (rows.cuh), where a block a row
-// left the GPU part idle in its last wave and drew a ticket a row.
+// and it takes a row a block up to this many waves of the blocks the GPU holds at once, past that
+// rows in turn on those blocks (rows.cuh), where a block a row left the GPU part idle in its last
+// wave and drew a ticket a row.
 #ifndef LOSSLAB_TRIPLET_MARGIN_LOSS_VECTORIZED_FORWARD_WAVES
-#define LOSSLAB_TRIPLET_MARGIN_LOSS_VECTORIZED_FORWARD_WAVES 1  // blocks: this times those resident at once: 1 2 4 8
+#define LOSSLAB_TRIPLET_MARGIN_LOSS_VECTORIZED_FORWARD_WAVES 8  // a row a block up to this many waves: 1 2 4 8
 #endif
 constexpr int THREADS = LOSSLAB_TRIPLET_MARGIN_LOSS_VECTORIZED_THREADS;
 constexpr int CACHE = LOSSLAB_TRIPLET_MARGIN_LOSS_VECTORIZED_CACHE;

@@ -169,10 +169,12 @@ inline cudaError_t cudaStreamIsCapturing(cudaStream_t, cudaStreamCaptureStatus* 
 }
 inline cudaError_t cudaGetDevice(int* d) { *d = 0; return cudaSuccess; }
 // A small GPU: 2 SMs holding 2 blocks of any kernel each, so a grid sized by the GPU (rows in turn,
-// whole waves) gives a block several rows here.
-enum cudaDeviceAttr { cudaDevAttrMultiProcessorCount = 16 };
+// whole waves) gives a block several rows here, and a 1 MiB L2, so that the cases here take the
+// kernels' evict-first paths.
+enum cudaDeviceAttr { cudaDevAttrMultiProcessorCount = 16, cudaDevAttrL2CacheSize = 38 };
 inline cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int) {
-    *value = attr == cudaDevAttrMultiProcessorCount ? 2 : 0; return cudaSuccess;
+    *value = attr == cudaDevAttrMultiProcessorCount ? 2 : attr == cudaDevAttrL2CacheSize ? 1 << 20 : 0;
+    return cudaSuccess;
 }
 template <typename Kernel>
 inline cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* blocks, Kernel, int, size_t) {
@@ -292,6 +294,8 @@ template <typename T> inline T atomicMin(T* p, T v) { T old = *p; *p = v < old ?
 template <typename T> inline T atomicExch(T* p, T v) { T old = *p; *p = v; return old; }
 template <typename T> inline T atomicCAS(T* p, T cmp, T v) { T old = *p; if (old == cmp) *p = v; return old; }
 inline unsigned atomicInc(unsigned* p, unsigned v) { unsigned old = *p; *p = old >= v ? 0u : old + 1u; return old; }
-// cache-hinted loads (__ldcg: through L2 only) read memory as any load does here, and stores (__stwb) write it
+// cache-hinted loads (__ldcg: through L2 only; __ldcs: evict-first) read memory as any load does here, and
+// stores (__stwb) write it
 template <typename T> inline T __ldcg(const T* p) { return *p; }
+template <typename T> inline T __ldcs(const T* p) { return *p; }
 template <typename T> inline void __stwb(T* p, T v) { *p = v; }
