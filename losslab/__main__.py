@@ -385,7 +385,7 @@ def cmd_sweep(args) -> int:
 
     _require_gpu("bench")
     _require_readable_records(args)
-    print("measuring the device's ceilings (bandwidth, FP32 FMA, MUFU) ...", file=sys.stderr, flush=True)
+    print("measuring the device's ceilings (bandwidth, FP32 FMA, MUFU, host floor) ...", file=sys.stderr, flush=True)
     ceilings = measure_ceilings()
     peers = tuple(p for p in PEERS if not (p == "compile" and args.no_compile))
     tables, sections = [], {}
@@ -436,7 +436,7 @@ def cmd_bench(args) -> int:
     _require_readable_records(args)
     for name, shape in shapes.items():
         _check_memory(name, shape, args.dtypes)
-    print("measuring the device's ceilings (bandwidth, FP32 FMA, MUFU) ...", file=sys.stderr, flush=True)
+    print("measuring the device's ceilings (bandwidth, FP32 FMA, MUFU, host floor) ...", file=sys.stderr, flush=True)
     ceilings = measure_ceilings()
     peers = tuple(p for p in PEERS if not (p == "compile" and args.no_compile))
     tables, sections = [], {}

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from losslab import records
 from losslab.measure.bench import SWEEP_DIRECTIONS, SWEEP_SHAPES
+from losslab.measure.ceilings import AUTOGRAD_FLOOR_SHAPE
 from losslab.variants import OPERATOR
 
 SWEEP_PEERS = ("compile", "liger", "quack")  # the optimised peers; eager is in the record and notebook 03
@@ -120,18 +121,27 @@ def smallest_call_host_times(sections: Sequence[records.Section], shape: tuple) 
     """One line: the host ms per float32 forward+backward call at ``shape`` (the sweep's smallest),
     with its GPU ms, of each of :data:`SMALLEST_CALL` on each device that recorded them, or None where
     no device did. At launch-bound sizes the host's time, PyTorch's autograd included, sets what a
-    lone call costs: the measured cause of the host-bound cells, eager PyTorch's own beside ours."""
-    parts = []
+    lone call costs: the measured cause of the host-bound cells, eager PyTorch's own beside ours, and
+    where the section's ceilings hold it, ``x.sum()``'s (``ceilings.measure_autograd_floor``: the
+    least a call through autograd costs on that host, measured in the same process)."""
+    parts, floors = [], False
     for s in sections:
         rows = {r.implementation: r for r in s.rows if r.dtype == "float32" and r.direction == "forward_backward"
                 and tuple(r.shape) == shape and r.implementation in SMALLEST_CALL and r.host_ms is not None}
-        if rows:
-            parts.append(f"{short_device(s.device)} " + ", ".join(
-                f"{k} {rows[k].host_ms:.3f} ({rows[k].median_ms:.3f})" for k in SMALLEST_CALL if k in rows))
+        times = [(k, rows[k].host_ms, rows[k].median_ms) for k in SMALLEST_CALL if k in rows]
+        floor = s.ceilings.get("autograd_floor")
+        if times and floor:
+            times.append(("x.sum()", floor["host_ms"], floor["median_ms"]))
+            floors = True
+        if times:
+            parts.append(f"{short_device(s.device)} "
+                         + ", ".join(f"{k} {host:.3f} ({gpu:.3f})" for k, host, gpu in times))
     if not parts:
         return None
+    floor_note = (f" x.sum() is PyTorch's own forward+backward of a sum at {'×'.join(map(str, AUTOGRAD_FLOOR_SHAPE))}: "
+                  "the least any call through autograd costs on that host." if floors else "")
     return (f"One float32 forward+backward call at {'×'.join(map(str, shape))}, the smallest size above: host ms "
-            f"per call (GPU ms in brackets): {'; '.join(parts)}.")
+            f"per call (GPU ms in brackets): {'; '.join(parts)}.{floor_note}")
 
 
 def sweep_markdown(problem: str, sections: Sequence[records.Section]) -> str:

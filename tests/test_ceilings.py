@@ -90,6 +90,9 @@ def test_measured_ceilings_are_plausible():
     assert "compute_error" not in measured, measured.get("compute_error")
     for key in ("read_gbps", "copy_gbps", "fp32_fma_tflops", "mufu_ex2_tops"):
         assert math.isfinite(measured[key]) and measured[key] > 0, key
+    floor = measured["autograd_floor"]
+    assert set(floor) == {"host_ms", "median_ms", "back_to_back_ms"}, floor
+    assert all(math.isfinite(v) and v > 0 for v in floor.values()), floor
     sheet = ceilings.datasheet(torch.cuda.get_device_name())
     if sheet:  # measured within sane bounds of the vendor's peaks
         assert 0.3 * sheet.memory_gbps < measured["read_gbps"] < 1.1 * sheet.memory_gbps

@@ -289,6 +289,14 @@ def test_the_sweep_summary_names_each_cell_where_a_peer_leads_and_stale_results(
     assert ("One float32 forward+backward call at 16384×16384, the smallest size above: host ms per call (GPU ms in "
             "brackets): Fixture GPU losslab.nn 1.500 (1.200), eager 0.800 (2.000).\n") in out
     assert "measured on older sources than the repository's" in out
+    # with the host's floor in the section's ceilings (ceilings.measure_autograd_floor), x.sum() beside them
+    floor = {"host_ms": 0.15, "median_ms": 0.01, "back_to_back_ms": 0.009}
+    data = dataclasses.replace(data, ceilings={**data.ceilings, "autograd_floor": floor})
+    records.save_section("kl_div", data, results_dir, replace=True)
+    code, out, _ = run(["summary", "--sweep", "--results-dir", str(results_dir)], capsys)
+    assert code == 0
+    assert ("eager 0.800 (2.000), x.sum() 0.150 (0.010). x.sum() is PyTorch's own forward+backward of a sum at "
+            "128×4096: the least any call through autograd costs on that host.\n") in out
 
 
 # --- end to end, in a child process ----------------------------------------------------------------------------

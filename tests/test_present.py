@@ -359,6 +359,15 @@ def test_sweep_growth_reads_the_steps_between_sizes_from_the_sweep(make_section)
     text = charts.sweep_growth(sweep_section(make_section), "float32", "forward").data
     assert "- 128\u00d716384 \u2192 2048\u00d716384: bytes \u00d716, time \u00d7" in text
     assert "fused" not in text.split("2048\u00d716384 \u2192")[1]  # a time below the floor never leads
+    # forward+backward: the host's floor under the steps, where the section's ceilings hold it
+    section = sweep_section(make_section)
+    assert "host's floor (PyTorch's own `x.sum()` forward+backward at 128\u00d74096): not in this record" in \
+        charts.sweep_growth(section, "float32", "forward_backward").data
+    floor = {"host_ms": 0.146, "median_ms": 0.012, "back_to_back_ms": 0.011}
+    section = dataclasses.replace(section, ceilings={**section.ceilings, "autograd_floor": floor})
+    assert "host's floor" not in charts.sweep_growth(section, "float32", "forward").data
+    assert ("- the host's floor: PyTorch's own `x.sum()` forward+backward at 128\u00d74096 takes 0.146 ms of host "
+            "time a call (0.012 ms on the GPU)") in charts.sweep_growth(section, "float32", "forward_backward").data
 
 
 def test_sweep_chart_without_a_sweep_says_how_to_record_one(make_section, section):

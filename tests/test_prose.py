@@ -20,6 +20,7 @@ import pytest
 from losslab import problems, records
 from losslab.build import ROOT
 from losslab.measure import timing
+from losslab.measure.bench import SWEEP_DIRECTIONS
 from losslab.present import evidence, listings, machine_code
 from losslab.teach import pitfalls
 
@@ -339,6 +340,10 @@ def test_10_03_describes_the_sweep_it_draws():
     assert "linear axes" not in words and "flat floor" not in words
     assert "log" in words.split("## Time and bandwidth against size")[1].split("\n## ")[0]
     assert any("charts.sweep_growth(" in c for c in code_cells(notebook("03_roofline")))
+    # the prose points at the host's floor that sweep_growth prints under forward+backward
+    assert "the host's floor" in words and any("for direction in SWEEP_DIRECTIONS" in c and "sweep_growth" in c
+                                                for c in code_cells(notebook("03_roofline")))
+    assert "forward_backward" in SWEEP_DIRECTIONS
 
 
 RUNG_CHAIN = re.compile(r"naive\W+→\W+shared_memory\W+→\W+warp_shuffle\W+→\W+vectorized[^\n]*")

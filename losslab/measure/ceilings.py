@@ -2,7 +2,8 @@
 
 A loss kernel's floor is ``minimum bytes / measured bandwidth``, so ceilings are measured, not
 taken from a datasheet: read and copy bandwidth (:func:`measure_bandwidth_methods`), FP32 FMA
-and MUFU throughput (:func:`measure_compute`), all at once by :func:`measure_ceilings`.
+and MUFU throughput (:func:`measure_compute`), and the host's floor for a call through autograd
+(:func:`measure_autograd_floor`), all at once by :func:`measure_ceilings`.
 Datasheet figures (:data:`DATASHEETS`) are kept beside them, labelled as such, with their
 source; they give a row's physical floor (:func:`physical_floor`).
 """
@@ -167,12 +168,35 @@ def measure_compute(repeats: int = 10) -> dict[str, float]:
             "mufu_ex2_tops": per_iteration * MUFU_ITERATIONS / mufu.median_ms / 1e9}
 
 
+AUTOGRAD_FLOOR_SHAPE = (128, 4096)  # the sweep's smallest cross_entropy and kl_div size
+
+
+def measure_autograd_floor(repeats: int = 20) -> dict[str, float]:
+    """PyTorch's own smallest forward+backward on this host: ``x.sum().backward()`` for a float32
+    leaf of :data:`AUTOGRAD_FLOOR_SHAPE`, timed as a loss is (``timing.time_cuda``). Any loss called
+    through autograd pays at least its host time a call (autograd hands the backward to its device
+    thread and waits for it), so at launch-bound sizes it bounds ours and every peer's alike.
+
+    Returns ``host_ms`` (host time per call), ``median_ms`` (GPU time per call, L2 flushed) and
+    ``back_to_back_ms``, in milliseconds.
+    """
+    leaf = torch.randn(AUTOGRAD_FLOOR_SHAPE, device="cuda", requires_grad=True)
+
+    def step():
+        leaf.grad = None
+        leaf.sum().backward()
+
+    timing = time_cuda(step, repeats=repeats)
+    return {"host_ms": timing.host_ms, "median_ms": timing.median_ms, "back_to_back_ms": timing.back_to_back_ms}
+
+
 def measure_ceilings(repeats: int = 20) -> dict:
     """Every ceiling of the current CUDA device, measured, with the datasheet beside it.
 
     Returns a dict with ``read_gbps`` and ``copy_gbps`` (GB/s, 1e9 bytes/s),
     ``bandwidth_by_method_gbps``, ``fp32_fma_tflops`` (1e12 FLOP/s) and ``mufu_ex2_tops``
-    (1e12 ops/s), all measured; ``datasheet``: the vendor's figures for this device (see
+    (1e12 ops/s), ``autograd_floor`` (:func:`measure_autograd_floor`), all measured;
+    ``datasheet``: the vendor's figures for this device (see
     :data:`DATASHEETS`, each with its source) or None; and ``compute_error``
     (a message) instead of the compute keys when the ceilings kernels cannot be built.
     """
@@ -184,6 +208,7 @@ def measure_ceilings(repeats: int = 20) -> dict:
         ceilings.update(measure_compute(repeats=max(3, repeats // 2)))
     except build.BuildError as err:
         ceilings["compute_error"] = str(err)
+    ceilings["autograd_floor"] = measure_autograd_floor(repeats=repeats)
     sheet = datasheet(torch.cuda.get_device_name())
     ceilings["datasheet"] = asdict(sheet) if sheet else None
     return ceilings

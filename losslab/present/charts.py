@@ -8,6 +8,7 @@ import textwrap
 import torch
 
 from losslab import problems, records
+from losslab.measure.ceilings import AUTOGRAD_FLOOR_SHAPE
 from losslab.present.html import message, no_results
 from losslab.present.results import bandwidth_gbps, implementation_order, measured_where
 
@@ -280,7 +281,9 @@ def sweep_growth(section: records.Section | None, dtype: str = "float32", direct
     """From each recorded shape to the next larger one: how many times the minimum bytes grow and
     how many times the fastest implementation's time grows, as a Markdown list read from the sweep.
     Where the time grows far less than the bytes, a call is mostly its fixed cost (launch-bound);
-    where it grows as the bytes do, bandwidth-bound. One line where there is no sweep."""
+    where it grows as the bytes do, bandwidth-bound. Under forward+backward, where the section's
+    ceilings hold it, the host's floor: PyTorch's own ``x.sum()`` forward+backward, measured in the
+    same process (``ceilings.measure_autograd_floor``). One line where there is no sweep."""
     from losslab.present.html import markdown
 
     lines = section.sweep(dtype, direction) if section is not None else []
@@ -298,6 +301,15 @@ def sweep_growth(section: records.Section | None, dtype: str = "float32", direct
         (ta, na, ba), (tb, nb, bb) = best[a], best[b]
         out.append(f"- {a[0]}\u00d7{a[1]} \u2192 {b[0]}\u00d7{b[1]}: bytes \u00d7{bb / ba:.3g}, time "
                    f"\u00d7{tb / ta:.3g} ({na} {ta:.3f} ms \u2192 {nb} {tb:.3f} ms)")
+    floor = section.ceilings.get("autograd_floor")
+    shape = "\u00d7".join(map(str, AUTOGRAD_FLOOR_SHAPE))
+    if direction == "forward_backward" and floor:
+        out.append(f"- the host's floor: PyTorch's own `x.sum()` forward+backward at {shape} takes "
+                   f"{floor['host_ms']:.3f} ms of host time a call ({floor['median_ms']:.3f} ms on the GPU): "
+                   "no forward+backward call through autograd costs less on this machine")
+    elif direction == "forward_backward":
+        out.append(f"- the host's floor (PyTorch's own `x.sum()` forward+backward at {shape}): not in this "
+                   "record, which predates it; a bench or sweep run records it with the device's ceilings")
     return markdown("\n".join(out))
 
 
