@@ -124,6 +124,17 @@ def test_inlining_takes_each_header_once(tmp_path):
         inline_includes(tmp_path / "bad.cu")
 
 
+def test_inlining_fits_long_lines_without_changing_the_code(tmp_path):
+    code = "    if (i < n) out[i] = load<T, EVICT_FIRST>(" + " + ".join(f"a{k} * b{k}" for k in range(12)) + ");"
+    comment = "    int x = 1;" + " " * 110 + "  // why"
+    define = "#define LONG " + "x" * 120
+    (tmp_path / "long.cu").write_text("\n".join((code, comment, define)) + "\n")
+    lines = inline_includes(tmp_path / "long.cu").splitlines()[1:]
+    assert len(code) > export.LINE_LENGTH and all(len(line) <= export.LINE_LENGTH for line in lines[:-1])
+    assert " ".join("".join(lines[:-3]).split()) == " ".join(code.split())  # the same tokens, in order
+    assert lines[-3:] == ["    // why", "    int x = 1;", define]  # a macro's line is left whole
+
+
 @pytest.mark.parametrize("problem", problems.names())
 def test_exported_model_and_inputs_are_the_problems(tmp_path, problem):
     """Model is the problem's reference; get_inputs() follows its generator at its seed size."""
@@ -183,7 +194,7 @@ def build_env(tmp_path) -> dict:
 @pytest.mark.compile
 @pytest.mark.parametrize("problem, variant", [("kl_div", "warp_shuffle"), ("kl_div", "fused"),
                                               ("cross_entropy", "vectorized"), ("cross_entropy", "fused"),
-                                              ("cross_entropy", "cluster")])
+                                              ("cross_entropy", "cluster"), ("hinge_loss", "fused")])
 def test_exported_solution_builds_with_load_inline(tmp_path, problem, variant):
     """A few rungs, for sm_90 only, to keep it quick (about 10 s each); no GPU is needed to
     build and import, and importing fails on any launcher the binding misses."""

@@ -118,8 +118,7 @@ __device__ __forceinline__ void walk(const T* __restrict__ predictions, const T*
             Pack<T> pb[UNROLL];
 #pragma unroll
             for (int u = 0; u < UNROLL; ++u)  // all in flight
-                if (row + u * groups < B)
-                    pb[u] = load_some<T, PACKED, EVICT_FIRST>(predictions + (row + u * groups) * D + j, n);
+                if (row + u * groups < B) pb[u] = load_some<T, PACKED, EVICT_FIRST>(predictions + (row + u * groups) * D + j, n);
 #pragma unroll
             for (int u = 0; u < UNROLL; ++u)
                 if (row + u * groups < B) visit((row + u * groups) * D + j, pb[u], t, n);

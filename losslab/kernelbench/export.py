@@ -63,14 +63,26 @@ def inline_includes(path: Path, seen: set[Path] | None = None) -> str:
 
 
 def _fit(line: str) -> str:
-    """A source line longer than :data:`LINE_LENGTH` whose end is a ``//`` comment, as the comment
-    on a line of its own above the code (the solution file is Python and must lint clean);
-    any other line as it is."""
+    """A source line longer than :data:`LINE_LENGTH`, fitted (the solution file is Python and must
+    lint clean): a trailing ``//`` comment goes on a line of its own above the code, and a code line
+    still too long breaks at its last space that fits, continued on indented lines (C++ ignores where
+    a statement breaks; a preprocessor line, a string literal or a comment is left as it is)."""
     code, sep, comment = line.partition("  // ")
-    if len(line) <= LINE_LENGTH or not sep or not code.strip():
+    if len(line) <= LINE_LENGTH:
         return line
-    indent = code[:len(code) - len(code.lstrip())]
-    return f"{indent}// {comment}\n{code.rstrip()}"
+    if sep and code.strip():
+        return f"{code[:len(code) - len(code.lstrip())]}// {comment}\n{_fit(code.rstrip())}"
+    indent = line[:len(line) - len(line.lstrip())]
+    if line.lstrip().startswith("#") or any(mark in line for mark in ('"', "'", "//", "/*")):
+        return line
+    parts = []
+    while len(line) > LINE_LENGTH:
+        cut = line.rfind(" ", len(indent) + 1, LINE_LENGTH + 1)
+        if cut <= len(indent) or not line[:cut].strip():
+            break
+        parts.append(line[:cut].rstrip())
+        line = indent + " " * 8 + line[cut:].lstrip()
+    return "\n".join([*parts, line])
 
 
 def kernel_files(problem: problems.Problem, variant: str) -> list[Path]:
