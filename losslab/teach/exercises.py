@@ -323,7 +323,9 @@ def task(key: str) -> Html:
     path = e.skeleton.relative_to(build.ROOT)
     plain = f"{e.title} (about {e.minutes} min)\n{e.task}\nEdit {path}:\n\n{e.skeleton.read_text()}"
     body = (f"<p><b>{html.escape(e.title)}</b> (the <code>{e.rung}</code> rung of {e.problem}; about {e.minutes} "
-            f"min). {html.escape(e.task)} Edit <code>{path}</code>, then run the grade cell.</p>"
+            f"min). {html.escape(e.task)} Edit <code>{path}</code>, then grade it: "
+            f"<code>exercises.grade('{e.key}')</code> in a cell or <code>python -m losslab grade {path}</code> "
+            "in a shell.</p>"
             + _pre(e.skeleton.read_text()))
     return Html(body, plain)
 
