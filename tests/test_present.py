@@ -176,8 +176,9 @@ def test_cost_table_counts_the_bytes():
     table = tables.cost_table(KL_DIV, (16384, 16384))
     assert "2.00 GiB" in table and "ms at 1 TB/s" in table
     assert "1.00 GiB" in tables.cost_table(KL_DIV, (16384, 16384), dtype="bfloat16")
-    measured = tables.cost_table(KL_DIV, (16384, 16384), {"read": 1000.0, "copy": 900.0}, measured_on="GPU X")
-    assert "floor ms" in measured and "read 1000 GB/s" in measured and "measured on GPU X" in measured
+    measured = tables.cost_table(KL_DIV, (16384, 16384), {"read": 1000.0, "copy": 900.0},
+                                 measured_on="recorded on GPU X")
+    assert "floor ms" in measured and "read 1000 GB/s" in measured and "bandwidth recorded on GPU X" in measured
 
 
 def test_floor_is_bytes_over_bandwidth():

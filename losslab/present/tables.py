@@ -50,7 +50,8 @@ def cost_table(problem: problems.Problem, shape: tuple[int, int], bandwidth_gbps
     bytes read and written, FLOPs, transcendentals, arithmetic intensity, and the floor time in
     ms at the measured bandwidth (GB/s) if given, else the time at 1 TB/s.
 
-    ``measured_on`` (e.g. "NVIDIA H200 on 2026-11-20 10:00 UTC") names where the bandwidth was measured.
+    ``measured_on`` says where and when the bandwidth was measured, as ``results.measured_where`` does
+    ("recorded on NVIDIA H200 on 2026-11-20 10:00 UTC ...").
     """
     floor_head = "floor ms (measured bw)" if bandwidth_gbps else "ms at 1 TB/s"
     body = []
@@ -68,7 +69,7 @@ def cost_table(problem: problems.Problem, shape: tuple[int, int], bandwidth_gbps
     rows, cols = shape
     caption = f"{problem.name} {rows}x{cols} {dtype}: the least traffic and arithmetic"
     if bandwidth_gbps and measured_on:
-        caption += f"; bandwidth measured on {measured_on}"
+        caption += f"; bandwidth {measured_on}"
     return Html(table(head, body, html.escape(caption)), plain=f"cost model of {problem.name} at {rows}x{cols} {dtype}")
 
 
