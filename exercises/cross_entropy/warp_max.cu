@@ -13,7 +13,7 @@
 //
 // Contract of warp_max: called by all 32 lanes of a warp (FULL_WARP), it
 // returns the largest `m` of the 32 lanes, in every lane, with no shared
-// memory and no barrier. block_sum's other steps are written for you.
+// memory and no barrier. block_logsumexp's other steps are written for you.
 //
 // Grade it from the shell: python -m losslab grade exercises/cross_entropy/warp_max.cu
 // (in Python: losslab.teach.exercises.grade("warp_max")). Done when it is green and its machine code

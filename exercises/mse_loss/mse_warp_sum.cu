@@ -21,7 +21,7 @@
 constexpr int THREADS = 256;
 constexpr unsigned FULL_WARP = 0xffffffffu;
 
-// The sum of `value` over the 32 lanes of the calling warp, in every lane.
+// The sum of `value` over the 32 lanes of the calling warp, at least in lane 0 (every lane with a butterfly).
 __device__ __forceinline__ float warp_sum(float value) {
     // FILL ME IN (roughly 2 lines): the warp's sum through shuffles (contract above).
     return value;

@@ -534,9 +534,10 @@ def _timeline_text(probe: dict) -> str:
     text = (f"sync debug mode flagged {probe['pitfall_sync_warnings']} synchronizing call(s) per forward "
             f"(shipped: {probe['reference_sync_warnings']})")
     if "pitfall_queued_return_ms" in probe:
-        text += (f"; with {probe['queued_ms']:g} ms of GPU work queued ahead, the host returns from "
-                 f"{probe['queued_calls']} calls after {probe['pitfall_queued_return_ms']:.2f} ms, done after "
-                 f"{probe['pitfall_queued_done_ms']:.2f} ms (shipped: returns after "
+        # queued_ms is the sleep requested (QUEUED_MS), not a measured length: say so, beside the measured times
+        text += (f"; with {probe['queued_ms']:g} ms of GPU sleep requested ahead (its length not timed), the host "
+                 f"returns from {probe['queued_calls']} calls after {probe['pitfall_queued_return_ms']:.2f} ms, "
+                 f"done after {probe['pitfall_queued_done_ms']:.2f} ms (shipped: returns after "
                  f"{probe['reference_queued_return_ms']:.2f} ms, done after "
                  f"{probe['reference_queued_done_ms']:.2f} ms)")
     return text + (f"; back to back, host time {probe['pitfall_host_us_per_call']:.1f} us per call (shipped: "

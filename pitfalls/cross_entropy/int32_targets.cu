@@ -3,8 +3,10 @@
 // PyTorch's class indices are int64 (torch.long). A kernel that takes them as
 // `const int*` reads 4-byte halves: element 2k is the low half of target k and
 // element 2k + 1 its high half (0 for a class index, -1 for ignore_index).
-// Row r then uses the wrong class, and no error is raised: the indices are
-// all still in range. Otherwise this is the warp_shuffle rung.
+// Row r then uses the wrong class, and no error is raised. A high half of 0
+// is in range: a plausible, wrong loss. The high half of ignore_index, -1,
+// is out of range: the kernel's range check makes that row's loss NaN (it
+// never reads out of bounds). Otherwise this is the warp_shuffle rung.
 #include "cross_entropy/cross_entropy.cuh"
 #include "cross_entropy/launchers.h"
 

@@ -3,7 +3,7 @@
 // Adding eps to p and t before the logarithms avoids log(0), but it changes
 // every term, so the loss is no longer PyTorch's: a target of exactly 0 now
 // contributes eps * log(eps / (p + eps)) instead of 0, and a prediction of
-// exactly 0 under a positive target gives a large finite loss where PyTorch
+// exactly 0 under a positive target gives a finite, ordinary-looking loss where PyTorch
 // gives +inf (the signal that something is badly wrong disappears).
 // Otherwise this is the warp_shuffle rung.
 #include "kl_div/kl_div.cuh"
