@@ -125,6 +125,9 @@ TERMS = {  # anchor in docs/glossary.md -> the words that use the term in a note
     "sass": r"\bSASS\b|\bPTX\b",
     "arithmetic-intensity": r"(?i:\b(arithmetic )?intensit(y|ies)\b)",
     "roofline": r"(?i:\brooflines?\b)",
+    "gemm": r"\bGEMMs?\b|\bcuBLAS\b",
+    "collective": r"(?i:\bcollectives?\b|\ball-(reduce|gather)s?\b)|\bNCCL\b",
+    "tensor-parallelism": r"(?i:\btensor[- ]parallel\w*)|\bMegatron\b|\bDTensor\b",
 }
 LINK = re.compile(r"\[([^\]]+)\]\(\.\./docs/glossary\.md#([\w-]+)\)")
 # not prose: fenced and inline code, math, headings, the targets of links, HTML tags

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 from losslab.build import CSRC, KERNELS, ROOT
+from losslab.linear_cross_entropy.options import MiB, Options, chunk_rows
 from losslab.records.files import RESULTS_DIR, device_slug, write_json
 
 FOLDER = RESULTS_DIR / "vocab_parallel"
@@ -103,7 +104,27 @@ def linear_table(data: dict) -> list[str]:
         cells = "".join(f"{h['ms'][key]:>8.2f} /{h['extra_gib'][key]:>5.2f}" if key in h["ms"] else f"{'-':>16}"
                         for key in LINEAR_COLUMNS)
         lines.append(f"{label:<30}{cells}{h['ms']['losslab'] / h['ms']['gemms']:>9.2f}")
-    lines.append("losslab: default chunks (about 256 MiB); 4 chunks: chunk_rows N/4; slice+losslab: this rank's "
-                 "logits made whole, then vocab_parallel_cross_entropy; slice+Megatron: the same with the "
-                 "Megatron-style loss; 3 GEMMs: the matrix products alone; / GEMMs: losslab's time over theirs")
+    lines.append("losslab: default chunks, sized as the single-GPU op sizes them (the input's gradient and one "
+                 "chunk's logits within 256 MiB); 4 chunks: chunk_rows N/4; slice+losslab: this rank's logits made "
+                 "whole, then vocab_parallel_cross_entropy; slice+Megatron: the same with the Megatron-style loss; "
+                 "3 GEMMs: the matrix products alone; / GEMMs: losslab's time over theirs")
+    for h in heads:
+        (rows, count, logits), (rows_4, count_4, logits_4) = chunks_of(h).values()
+        lines.append(f"  {h['head']}: losslab {count} chunks of {rows} rows ({logits / MiB:.0f} MiB of logits each); "
+                     f"4 chunks: {count_4} of {rows_4} rows ({logits_4 / MiB:.0f} MiB each)")
     return lines
+
+
+ELEMENT_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+def chunks_of(head: dict) -> dict[str, tuple[int, int, int]]:
+    """The chunks of one linear head of a record on its widest slice: {"default chunks": (rows a chunk,
+    chunks, bytes of one chunk's logits), "4 chunks": (...)}, computed as the benchmark's calls size them
+    (the default: ``losslab.linear_cross_entropy.options.chunk_rows``, as vocab_parallel_linear_cross_entropy)."""
+    n, width, size = head["rows"], max(head["widths"]), ELEMENT_BYTES[head["dtype"]]
+    found = {}
+    for name, rows in (("default chunks", chunk_rows(Options(), n, head["hidden"], width, size)),
+                       ("4 chunks", -(-n // 4))):
+        found[name] = (rows, -(-n // rows), rows * width * size)
+    return found

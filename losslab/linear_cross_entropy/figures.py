@@ -34,18 +34,23 @@ def roofs(device: str) -> Roofs:
 
 
 def step_bytes(tokens: int, hidden: int, vocab: int, element_bytes: int = 2) -> dict[str, int]:
-    """Bytes of each tensor of one forward+backward of the head when the logits are materialized as
-    eager PyTorch does (logits upcast to float32 before the loss): name -> bytes."""
+    """Bytes of the tensors of one forward+backward of the head at eager PyTorch's peak (logits upcast
+    to float32 before the loss): name -> bytes. The inputs and the weight's gradient in ``element_bytes``;
+    then the three float32 (N, V) tensors alive together in the backward, when log_softmax's gradient is
+    made: its output (saved by the forward), nll_loss's gradient of it, and its own gradient (the logits'
+    gradient in float32). The bfloat16 logits and their float32 copy are freed by then: autograd saves
+    neither. Every name but the inputs' and the weight gradient's contains "logits"."""
+    logits = tokens * vocab * 4
     return {"input (N x H)": tokens * hidden * element_bytes,
             "weight (V x H)": vocab * hidden * element_bytes,
             "weight gradient (V x H)": vocab * hidden * element_bytes,
-            "logits (N x V)": tokens * vocab * element_bytes,
-            "logits in float32": tokens * vocab * 4,
-            "logits' gradient in float32": tokens * vocab * 4}
+            "logits' log_softmax, float32 (saved)": logits,
+            "logits' log_softmax gradient, float32 (nll_loss's)": logits,
+            "logits' gradient, float32 (log_softmax's)": logits}
 
 
 def bytes_figure(heads: dict[str, tuple[int, int, int]]) -> Figure:
-    """One panel per head (label -> (N, H, V)): the GiB of each tensor of :func:`step_bytes` in bfloat16."""
+    """One panel per head (label -> (N, H, V)): the GiB of each tensor of :func:`step_bytes` (a bfloat16 head)."""
     fig = Figure(figsize=(9, 0.6 + 2.2 * len(heads)), layout="constrained")
     axes = fig.subplots(len(heads), 1, sharex=True, squeeze=False)[:, 0]
     for ax, (label, shape) in zip(axes, heads.items(), strict=True):
@@ -56,41 +61,72 @@ def bytes_figure(heads: dict[str, tuple[int, int, int]]) -> Figure:
         ax.set_ylabel("tensor")
         ax.set_title(f"{label}: N, H, V = {', '.join(map(str, shape))}", fontsize="medium")
     axes[-1].set_xlabel("size (bytes, in GiB)")
-    axes[0].legend(handles=[Patch(color="tab:red", label="the logits: what a fused or chunked head never stores"),
+    logits = "the logits' float32 tensors at eager's peak: a fused or chunked head stores none"
+    axes[0].legend(handles=[Patch(color="tab:red", label=logits),
                             Patch(color="tab:blue", label="inputs and the weight's gradient: every head has them")],
                    loc="upper right", fontsize="small")
-    fig.suptitle("One training step of the head: the logits and their gradient dwarf the weights")
+    fig.suptitle("Eager's peak in one training step of the head: the logits' tensors dwarf the weights")
     return fig
 
 
-def intensity(tokens: int, hidden: int, vocab: int, element_bytes: int = 2, logits_passes: int = 0) -> float:
+# Eager's passes over the (N, V) logits in one forward+backward (F.cross_entropy(F.linear(x, W).float(), t)),
+# each a read or a write of every logit, and its element size in bytes. Too large for L2 at these heads' sizes,
+# each goes to DRAM; a kernel that reads a row more than once (log_softmax's maximum, then its sum) adds more.
+EAGER_LOGITS_PASSES = (
+    ("the GEMM writes the bfloat16 logits", 2),
+    (".float() reads them", 2), (".float() writes the float32 logits", 4),
+    ("log_softmax reads them", 4), ("log_softmax writes its output", 4),
+    ("nll_loss's backward writes its gradient", 4),
+    ("log_softmax's backward reads that gradient", 4), ("and its saved output", 4),
+    ("and writes the logits' gradient", 4),
+    ("the cast back reads it", 4), ("and writes it in bfloat16", 2),
+    ("the input gradient's GEMM reads it", 2), ("the weight gradient's GEMM reads it", 2),
+)
+
+
+def intensity(tokens: int, hidden: int, vocab: int, element_bytes: int = 2, logits_bytes: int = 0) -> float:
     """FLOP per DRAM byte of the head's forward+backward: 6 N H V flops over reading the input and the
-    weight and writing their gradients, plus ``logits_passes`` reads or writes of (N, V) logits
-    (0: fused or chunked in cache; eager makes about a dozen, in 16 and 32 bits)."""
+    weight and writing their gradients (``element_bytes`` each), plus ``logits_bytes`` per logit for the
+    passes over the (N, V) logits (0: fused or chunked in cache; eager's: the sum of
+    :data:`EAGER_LOGITS_PASSES`' element sizes, in 16 and 32 bits)."""
     flops = 6 * tokens * hidden * vocab
-    nbytes = 2 * (tokens + vocab) * hidden * element_bytes + logits_passes * tokens * vocab * element_bytes
+    nbytes = 2 * (tokens + vocab) * hidden * element_bytes + logits_bytes * tokens * vocab
     return flops / nbytes
 
 
+def eager_intensity(tokens: int, hidden: int, vocab: int) -> float:
+    """:func:`intensity` of a bfloat16 head with eager's passes over its logits (:data:`EAGER_LOGITS_PASSES`)."""
+    return intensity(tokens, hidden, vocab, logits_bytes=sum(size for _, size in EAGER_LOGITS_PASSES))
+
+
+def ridge(device: str) -> float:
+    """The ridge point of ``device``'s datasheet roofs (:func:`roofs`): tensor-core FLOP/s over DRAM bytes/s."""
+    r = roofs(device)
+    return r.tensor_tflops * 1e12 / (r.memory_gbps * 1e9)
+
+
 def roofline_figure(device: str, head: dict | None = None) -> Figure:
-    """Log-log roofline of the head on ``device``'s datasheet roofs: the tensor-core roof, the memory roof,
-    the head's intensity without the logits in memory and with a dozen passes over them (as eager), and,
+    """Log-log roofline of a bfloat16 head on ``device``'s datasheet roofs: the tensor-core roof, the memory roof,
+    the head's intensity without the logits in memory and with eager's passes over them
+    (:data:`EAGER_LOGITS_PASSES`), and,
     from ``head`` (one head of a linear cross-entropy record), each peer's achieved FLOP/s (6 N H V / its
     median time) at the intensity without the logits. Without ``head`` the Llama-3-8B head's intensities."""
     r = roofs(device)
     n, h, v = (head["tokens"], head["hidden"], head["vocab"]) if head else (8192, 4096, 128256)
-    fused, eager = intensity(n, h, v), intensity(n, h, v, logits_passes=12)
-    ridge = r.tensor_tflops * 1e3 / r.memory_gbps
+    passes = EAGER_LOGITS_PASSES
+    fused, eager, point = intensity(n, h, v), eager_intensity(n, h, v), ridge(device)
     fig = Figure(figsize=(8, 5.2), layout="constrained")
     ax = fig.add_subplot()
-    xs = [1.0, ridge, 1e5]
+    xs = [1.0, point, 1e5]
     ax.plot(xs, [min(x * r.memory_gbps * 1e9, r.tensor_tflops * 1e12) for x in xs], color="black", lw=1.5)
     ax.text(1.3, 1.6 * 1.3 * r.memory_gbps * 1e9, f"memory roof {r.memory_gbps:.0f} GB/s", rotation=24,
             fontsize="small")
-    ax.text(ridge * 1.3, r.tensor_tflops * 1e12 * 1.25, f"BF16 tensor-core roof {r.tensor_tflops:g} TFLOP/s",
+    ax.text(point * 1.3, r.tensor_tflops * 1e12 * 1.25, f"BF16 tensor-core roof {r.tensor_tflops:g} TFLOP/s",
             fontsize="small")
     ax.axvline(fused, color="tab:green", ls="--", label=f"no logits in memory: {fused:.0f} FLOP / byte")
-    ax.axvline(eager, color="tab:red", ls=":", label=f"a dozen passes over the logits: {eager:.0f} FLOP / byte")
+    wide = sum(size == 4 for _, size in passes)
+    ax.axvline(eager, color="tab:red", ls=":",
+               label=f"eager's {len(passes)} passes over the logits ({wide} in float32): {eager:.0f} FLOP / byte")
     if head:
         flops = 6 * n * h * v
         for name, peer in head["peers"].items():

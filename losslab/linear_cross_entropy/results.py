@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from losslab.linear_cross_entropy.peers import LABELS
+from losslab.linear_cross_entropy.options import Options, chunk_rows
+from losslab.linear_cross_entropy.peers import GIB, LABELS
 from losslab.records.files import RESULTS_DIR, RecordError, device_slug
 
 FOLDER = RESULTS_DIR / "linear_cross_entropy"
@@ -100,4 +101,54 @@ def error_lines(record: dict) -> list[str]:
             parts.append(f"torch.compile compiled {compiled} graph(s) for this shape")
         if parts:
             lines.append(f"{head['label']} {head['dtype']} (input / weight vs eager): " + "; ".join(parts))
+    return lines
+
+
+def element_bytes(head: dict) -> int:
+    """Bytes of one element of the head's dtype (the benchmark's heads are bfloat16 or float32)."""
+    return 4 if head["dtype"] == "float32" else 2
+
+
+def chunks(head: dict, rows: int | None = None) -> tuple[int, int]:
+    """(rows a chunk, chunks) of the head: the recorded default chunk size, or ``rows`` a chunk."""
+    rows = head["chunk_rows"] if rows is None else rows
+    return rows, -(-head["tokens"] // rows)
+
+
+def big_chunks(head: dict) -> tuple[int, int]:
+    """(rows a chunk, chunks) of the ``losslab (1 GiB chunks)`` column: ``Options(chunk_bytes=1 GiB)``'s rows."""
+    return chunks(head, chunk_rows(Options(chunk_bytes=GIB), head["tokens"], head["hidden"], head["vocab"],
+                                   element_bytes(head)))
+
+
+def gradient_lines(record: dict) -> list[str]:
+    """Two lines per head: losslab's chunks and its input gradient's error against eager beside the 1-GiB
+    chunks'; then the weight gradient's error, rounded once per chunk and (for a 16-bit weight) with the
+    float32 accumulator, its extra memory, and whether each of the two columns meets the memory goal and the
+    error goal."""
+    lines = []
+    for head in record["heads"]:
+        p, g = head["peers"], head.get("goals")
+        ours, big, wide = p.get("losslab"), p.get("losslab_1gib"), p.get("losslab_wide")
+        if not g or ours is None or ours.get("input_grad_error") is None:
+            continue
+        rows, count = chunks(head)
+        text = (f"{head['label']} {head['dtype']}: {count} chunk(s) of {rows} rows; the input's gradient's error "
+                f"against eager {ours['input_grad_error']:.1e}")
+        if big is not None and big.get("input_grad_error") is not None:
+            big_rows, big_count = big_chunks(head)
+            text += f", in {big_count} chunk(s) of {big_rows} rows {big['input_grad_error']:.1e}"
+        lines.append(text)
+        text = f"  the weight's gradient, rounded after each of the {count} chunk(s): {ours['weight_grad_error']:.1e}"
+        columns = {"losslab": ours}
+        if element_bytes(head) == 2 and wide is not None and wide.get("weight_grad_error") is not None:
+            text += (f"; with the float32 accumulator {wide['weight_grad_error']:.1e}, for "
+                     f"{(wide['extra_bytes'] - ours['extra_bytes']) / GIB:.2f} GiB more")
+            columns[LABELS["losslab_wide"]] = wide
+        for name, peer in columns.items():
+            memory = "meets" if peer["extra_bytes"] <= g["memory_limit_bytes"] else "misses"
+            errors = max(peer["input_grad_error"], peer["weight_grad_error"]) <= GRAD_ERROR_LIMIT
+            text += (f"; {name} {memory} the memory goal ({peer['extra_bytes'] / GIB:.2f} of "
+                     f"{g['memory_limit_bytes'] / GIB:.2f} GiB) and {'meets' if errors else 'misses'} the error goal")
+        lines.append(text)
     return lines

@@ -54,24 +54,67 @@ class ScalingModel:
     megatron_collective_ms: tuple[float, ...]
 
 
+def losslab_parts(data: dict, size: dict, w: int) -> dict[str, float]:
+    """The terms of losslab's modelled ms at ``w`` GPUs for one recorded ``size`` (:class:`ScalingModel`):
+    "local" (the statistics and gradient kernels, the slowest rank's medians scaled by recorded world / w),
+    "combine" (the slowest rank's recorded median, the same at every w) and "all_gather" (the recorded
+    4-byte back-to-back latency plus (w - 1) x the statistics' bytes per rank over the recorded bus bandwidth)."""
+    c = data["collectives"]
+    phases = {name: max(r[name] for r in size["phases_ms_per_rank"]) for name, _ in PHASES}
+    return {"local": (phases["statistics"] + phases["gradient"]) * data["world"] / w,
+            "combine": phases["combine"],
+            "all_gather": c["all_gather_latency_ms"] + (w - 1) * c["statistics_bytes_per_rank"]
+            / c["all_gather_bus_gbps"] / 1e6}
+
+
 def scaling_model(data: dict, size: dict, gpus: tuple[int, ...] = GPUS) -> ScalingModel:
     """The :class:`ScalingModel` of one recorded ``size`` of ``data``."""
     c, world, rows = data["collectives"], data["world"], size["rows"]
-    phases = {name: max(r[name] for r in size["phases_ms_per_rank"]) for name, _ in PHASES}
-    local = phases["statistics"] + phases["gradient"]  # scales with the slice: 1 / W
-    combine = phases["combine"]  # over [W, N, 4]: taken as constant
     megatron_local = size["ms"]["megatron_style"] - c["three_all_reduces_ms"]
-    gather_bytes = c["statistics_bytes_per_rank"]
     reduce_bytes = rows * 4
     ours, theirs, our_comm, their_comm = [], [], [], []
     for w in gpus:
-        gather = c["all_gather_latency_ms"] + (w - 1) * gather_bytes / c["all_gather_bus_gbps"] / 1e6
+        parts = losslab_parts(data, size, w)
         reduce = 3 * (c["all_reduce_latency_ms"] + 2 * (w - 1) / w * reduce_bytes / c["all_reduce_bus_gbps"] / 1e6)
-        ours.append(local * world / w + combine + gather)
+        ours.append(sum(parts.values()))
         theirs.append(megatron_local * world / w + reduce)
-        our_comm.append(gather)
+        our_comm.append(parts["all_gather"])
         their_comm.append(reduce)
     return ScalingModel(tuple(gpus), tuple(ours), tuple(theirs), tuple(our_comm), tuple(their_comm))
+
+
+def floor_lines(data: dict, gpus: int = GPUS[-1]) -> list[str]:
+    """Per recorded size, losslab's modelled ms at ``gpus`` GPUs split into its terms (:func:`losslab_parts`),
+    which of the combination and the all-gather is the larger (about equal within 10 %), and the
+    combination's recorded median on each rank (the same [W, N, 4] input at every size)."""
+    lines = []
+    for size in data["sizes"]:
+        parts = losslab_parts(data, size, gpus)
+        combine = " / ".join(f"{r['combine']:.3f}" for r in size["phases_ms_per_rank"])
+        ratio = parts["combine"] / parts["all_gather"]
+        which = ("the two are about equal terms of the floor" if 0.9 <= ratio <= 1.1 else
+                 f"the {'combination' if ratio > 1 else 'all-gather'} is the larger term of the floor")
+        lines.append(f"{size['rows']} x {size['vocab']} at {gpus} GPUs: local kernels {parts['local']:.3f} ms, "
+                     f"combination {parts['combine']:.3f} ms, all-gather {parts['all_gather']:.3f} ms: {which} "
+                     f"(the combination recorded {combine} ms on the {data['world']} ranks)")
+    return lines
+
+
+def all_gather_lines(data: dict) -> list[str]:
+    """The all-gather of the statistics as the timeline draws it (timed alone, the slowest rank) against what
+    the scaling model charges for it at the recorded world, and the record's back-to-back latencies."""
+    from losslab.distributed.bench import LATENCY_CALLS  # the benchmark's module: torch.distributed, lazily
+
+    c, lines = data["collectives"], []
+    for size in data["sizes"]:
+        alone = max(r["all_gather"] for r in size["phases_ms_per_rank"])
+        charged = losslab_parts(data, size, data["world"])["all_gather"]
+        lines.append(f"{size['rows']} x {size['vocab']}: the all-gather timed alone {alone:.3f} ms; "
+                     f"the model charges {charged:.3f} ms for it")
+    lines.append(f"back to back ({LATENCY_CALLS} calls, one event pair around them): a 4-byte all-gather "
+                 f"{c['all_gather_latency_ms']:.3f} ms per call, the statistics' "
+                 f"{c['statistics_bytes_per_rank'] // 1024} KiB {c['all_gather_statistics_ms']:.3f} ms")
+    return lines
 
 
 def scaling_figure(data: dict):
