@@ -366,3 +366,37 @@ def test_the_counters_of_the_selected_rungs_come_from_the_record_with_their_mean
     assert "sectors_per_request: naive 32 (sectors per load request: 4 when a warp reads 128" in forward.plain
     assert "shared_memory" not in forward.plain  # not selected
     assert "what it says" in str(forward) and "not recorded" in backward.plain.lower()
+
+
+def test_a_size_the_record_holds_in_another_dtype_only_falls_back_to_the_records_size(make_section):
+    """float16 recorded at the seed size only, float32 also at 'small': float16 at 'small' shows the
+    seed size's float16 rows and says why, not an empty table."""
+    section = make_section()
+    small = tuple(problems.get("kl_div").sizes["small"])
+    section.rows += [dataclasses.replace(r, shape=small, speedup=dict(r.speedup)) for r in list(section.rows)]
+    section.rows += [dataclasses.replace(r, dtype="float16", speedup=dict(r.speedup)) for r in section.rows
+                     if tuple(r.shape) != small and r.implementation in ("vectorized", "fused", "eager")]
+    ex = _explorer_on(section)
+    shown = ex.section(explorer.Selection("kl_div", ("vectorized",), "small", "float16"))
+    assert {(tuple(r.shape), r.dtype) for r in shown.rows} == {(section.primary_shape, "float16")}
+    assert "holds no float16 rows at the size 'small' (128x4096)" in ex.note(
+        explorer.Selection("kl_div", ("vectorized",), "small", "float16"), shown).plain
+    assert {tuple(r.shape) for r in ex.section(explorer.Selection("kl_div", ("vectorized",), "small")).rows} == {small}
+
+
+def test_no_rung_selected_says_so_instead_of_not_recorded(make_section):
+    items = _explorer_on(make_section()).render(explorer.Selection("kl_div", (), "seed"))
+    text = "\n".join(getattr(i, "plain", "") for i in items)
+    assert "No rung selected: the peers only." in items[0].plain
+    assert "no rung selected, so no counters" in text and "not recorded" not in text.lower()
+
+
+def test_the_counters_say_what_a_rung_that_writes_its_gradient_in_the_forward_runs(make_section):
+    """fused's forward, run without a gradient, is vectorized's kernel, and its backward only scales
+    the gradient: said once for the rungs selected that do so, and nothing for those that do not."""
+    ex = _explorer_on(make_section("cross_entropy"))
+    intro = ex.counters_items(explorer.Selection("cross_entropy", ("vectorized", "fused", "cluster"), "seed"))[0]
+    assert "fused and cluster write the gradient in the forward" in intro.plain
+    assert "vectorized's forward kernel runs" in intro.plain and intro.plain.count("scales") == 1
+    plain = ex.counters_items(explorer.Selection("cross_entropy", ("naive", "vectorized"), "seed"))[0].plain
+    assert "gradient" not in plain

@@ -58,6 +58,7 @@ def test_fast_p_is_the_fraction_of_all_answers_correct_and_faster_than_p():
     untimed = [(True, None), (False, None)]  # a dry run: correct, speed unknown
     assert folder.fast_p(untimed, 0) == 0.5 and folder.fast_p(untimed, 1) is None
     assert folder.fast_p([(False, None)], 1) == 0.0
+    assert folder.fast_p([(True, 2.0), (None, None)], 0) is None  # an answer no GPU ran: unknown, not wrong
     for bad, p in (([], 0), (results, -1), (results, float("nan"))):
         with pytest.raises(ValueError):
             folder.fast_p(bad, p)
@@ -189,7 +190,7 @@ def test_the_cli_grades_a_folder_without_a_gpu_as_no_gpu(mixed, tmp_path, capsys
     assert out.splitlines()[0].split() == ["answer", "problem", "verdict", "speedup", "%", "speed", "of", "light",
                                            "why"]
     assert all(f"{name}" in out for name in expected) and out.count("no_gpu") == len(expected)
-    assert "fast_0 = 0.00" in out
+    assert "fast_0 = -  fast_1 = -" in out  # nothing ran: unknown, not 0 (no answer was wrong)
     assert len(json.loads((tmp_path / "g.json").read_text())["answers"]) == len(expected)
     assert (tmp_path / "g.html").read_text().count(">no_gpu</td>") == len(expected)
 

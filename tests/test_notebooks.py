@@ -296,3 +296,20 @@ def test_a_prediction_comes_before_the_timing_and_is_scored_after(name):
     timing = next(i for i, s in enumerate(code) if s.startswith("tables.timing_table(section)"))
     assert code[timing - 1].startswith("predicted_forward_ms = None")
     assert code[timing + 1].startswith("evidence.score_prediction(section, prediction)")
+
+
+@pytest.mark.parametrize("problem, variant, what, changed", [
+    ("kl_div", "naive", "the batchmean divisor B * D", "float(B * D), loss, stream)"),
+    ("kl_div", "vectorized", "the batchmean divisor B * D", "float(gridDim.x * D), loss)"),
+    ("cross_entropy", "vectorized", "a missing semicolon (compile error)", "constexpr int"),
+])
+def test_07s_broken_copy_differs_as_its_prose_says(tmp_path, problem, variant, what, changed):
+    """07's broken.py is really broken, for every rung's form of the line it changes: it once
+    stripped a ';' that a comment followed (so nothing changed) and looked for a divisor the
+    vectorized rung does not have, and the "broken" copy was the exported file itself."""
+    executed = run("07_evaluate_solutions", tmp_path, problem=problem, variant=variant, live=False)
+    shown = all_text(nbformat.v4.new_notebook(cells=[c for c in executed.cells if "broken_text" in c.source]))
+    assert f"broken.py: {what}" in shown
+    removed = [line for line in shown.splitlines() if line.startswith("-") and not line.startswith("---")]
+    added = [line for line in shown.splitlines() if line.startswith("+") and not line.startswith("+++")]
+    assert len(removed) == len(added) == 1 and changed in added[0], shown

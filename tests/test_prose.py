@@ -379,3 +379,23 @@ def test_the_readme_times_what_users_call_only_from_the_operator_rows():
     quoted = [line for line in outside.splitlines()
               if ("losslab.nn" in line or "public operator" in line) and measured.search(line)]
     assert not quoted, quoted
+
+
+def test_the_paths_and_commands_00_tells_a_participant_to_use_exist():
+    """00_start_here's paths (`<name>` placeholders matched by any name), make targets and
+    losslab command lines exist as written: its "Where things are" table once pointed at
+    kernels/<problem>/<variant>.cu for the rungs the notebooks read, which live under ladder/."""
+    from losslab import __main__ as cli
+
+    text = "\n".join(markdown_cells(notebook("00_start_here")))
+    paths = re.findall(r"`((?:kernels|losslab|exercises|pitfalls|reports|docs|scripts)/[^`\s]*)`", text)
+    assert "kernels/<problem>/ladder/<rung>.cu" in paths
+    for path in paths:
+        assert list(ROOT.glob(re.sub(r"<[^>]+>", "*", path).rstrip("/"))), f"00_start_here: no {path}"
+    targets = set(re.findall(r"^([\w-]+):", (ROOT / "Makefile").read_text(), flags=re.M))
+    for target in re.findall(r"\bmake ([\w-]+)", text):
+        assert target in targets, f"00_start_here: no make target {target!r}"
+    commands = re.findall(r"python -m losslab ([^#`\n]+)", text)
+    assert commands
+    for command in commands:
+        cli._parser().parse_args(command.split())  # an unknown command or option exits (SystemExit)

@@ -29,22 +29,25 @@ from losslab.present.html import table
 
 FAST_P = (0.0, 1.0, 1.5, 2.0)  # the thresholds KernelBench reports
 CORRECT = ("passed", "too_slow")  # a correct answer; too_slow is correct but slower than asked
+UNGRADED = "no_gpu"  # nothing ran: neither right nor wrong, so fast_p is unknown
 JOBS = 4  # answers checked at once by default: each holds a child and its inputs on the GPU
 PROBLEM_COMMENT = re.compile(r"^#\s*problem:\s*(\S+)", re.MULTILINE)
 
 
-def fast_p(results: Sequence[tuple[bool, float | None]], p: float) -> float | None:
+def fast_p(results: Sequence[tuple[bool | None, float | None]], p: float) -> float | None:
     """KernelBench's fast_p: the fraction of ALL answers that are correct and whose speedup over
     the reference (PyTorch eager) is greater than ``p`` (Ouyang et al., "KernelBench", arXiv
     2502.10517; ``fastp`` in KernelBench's src/score.py: correct answers with speedup > p, over
     all n). fast_0 is the fraction correct.
 
     Args:
-        results: one (correct, speedup over eager or None where it was not timed) per answer.
+        results: one (correct, or None where it was not graded; speedup over eager, or None where it
+            was not timed) per answer.
         p: the threshold, >= 0.
 
-    Returns the fraction in [0, 1]; None when ``p`` > 0 and a correct answer was not timed
-    (a dry run): its speedup is unknown. Raises ValueError for no results or p < 0.
+    Returns the fraction in [0, 1]; None when an answer was not graded (no GPU ran it), or ``p`` > 0
+    and a correct answer was not timed (a dry run): the fraction is then unknown, not 0.
+    Raises ValueError for no results or p < 0.
     """
     if not results:
         raise ValueError("results: expected at least one answer")
@@ -52,7 +55,7 @@ def fast_p(results: Sequence[tuple[bool, float | None]], p: float) -> float | No
         raise ValueError(f"p: expected a number >= 0, got {p!r}")
     fast = 0
     for correct, speedup in results:
-        if correct and speedup is None and p > 0:
+        if correct is None or (correct and speedup is None and p > 0):
             return None
         if correct and (speedup is None or speedup > p):  # at p = 0 an untimed answer counts: any speedup is > 0
             fast += 1
@@ -160,8 +163,9 @@ class Graded:
     verdict: Verdict
 
     @property
-    def correct(self) -> bool:
-        return self.verdict.status in CORRECT
+    def correct(self) -> bool | None:
+        """Whether the answer is correct; None where it was not graded (no GPU ran it)."""
+        return None if self.verdict.status == UNGRADED else self.verdict.status in CORRECT
 
     @property
     def speedup(self) -> float | None:
@@ -207,7 +211,7 @@ class FolderReport:
     def summary(self) -> str:
         shown = "  ".join(f"fast_{p} = {'-' if v is None else f'{v:.2f}'}" for p, v in self.fast_p().items())
         return (f"{shown}  ({len(self.graded)} answers; fast_p: the fraction correct and faster than eager "
-                "by more than p; '-': not timed)")
+                "by more than p; '-': not timed or not graded)")
 
     def format(self) -> str:
         """The table as plain text, then fast_p."""

@@ -59,8 +59,10 @@ def cost_table(problem: problems.Problem, shape: tuple[int, int], bandwidth_gbps
         cost = problem.cost(shape, direction, getattr(torch, dtype))
         ceiling = ceiling_for(problem, shape, direction, dtype)
         if bandwidth_gbps:
-            floor = (f"{floor_ms(problem, shape, direction, bandwidth_gbps, dtype):.3f} "
-                     f"({ceiling} {bandwidth_gbps[ceiling]:.0f} GB/s)")
+            ms = floor_ms(problem, shape, direction, bandwidth_gbps, dtype)
+            # two significant digits below 0.01 ms: a small size's floor would print as 0.000
+            floor = f"{ms:.3f} " if ms >= 0.01 else f"{ms:.2g} "
+            floor += f"({ceiling} {bandwidth_gbps[ceiling]:.0f} GB/s)"
         else:
             floor = f"{cost.bytes / 1e9:.3f} ({ceiling})"
         body.append([direction, format_bytes(cost.bytes_read), format_bytes(cost.bytes_written), f"{cost.flops:.3g}",

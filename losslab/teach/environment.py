@@ -71,7 +71,8 @@ def _cell(value: str | None, missing: str) -> str:
 def table(env: Environment):
     """The tools, found or not, and what each one is for (an ``Html`` table)."""
     rows = [
-        ("CUDA GPU", env.gpu, "none visible", "run the kernels: live measurements, checks, exercises graded green"),
+        ("CUDA GPU", env.gpu, "none visible",
+         "run the kernels: live measurements, the checks on the hardware (exercises are graded without one too)"),
         ("torch", f"{env.torch} (CUDA {env.cuda_build})" if env.cuda_build else None,
          f"{env.torch}, a CPU-only build", "a CUDA build compiles the kernels (cpp_extension)"),
         ("nvcc", f"{env.nvcc} (CUDA {env.nvcc_version})" if env.nvcc else None, "not found (PATH, $CUDA_HOME)",
@@ -106,7 +107,7 @@ NOTEBOOKS = (
     ("05_your_turn", f"{len(EXERCISES)} graded exercises, one idea of a rung each (the first two losses' here, "
      "the other losses' with their ladders in 10_loss_family); your own variant.",
      "compiles, reads the SASS and checks your kernel: green when done",
-     "compiles your kernel and reads its SASS; the checks need a GPU"),
+     "compiles your kernel, reads its SASS and grades it on the CPU simulator (nvcc and g++)"),
     ("06_pitfalls", "Classic mistakes, each caught by the checker with its measured error.",
      "runs every pitfall live", "shows the recorded outcomes, or says none exists yet"),
     ("07_evaluate_solutions", "Judge a KernelBench-style solution (ModelNew) like a leaderboard would.",

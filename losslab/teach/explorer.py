@@ -94,8 +94,8 @@ class Explorer:
     implementation, shape, dtype, repeats) is measured once (``records.measure_section``, no
     checks) and cached, so changing the selection measures only what is new; the cached sections
     are combined with speedups across them. Without a GPU the explorer filters the newest recorded
-    section: at the selected size if the record holds it, else at the record's own size; the cost
-    model is drawn at any size, in the selected dtype.
+    section: at the selected size if the record holds it in the selected dtype, else at the record's
+    own size; the cost model is drawn at any size, in the selected dtype.
 
     Args:
         live: True measures on the GPU, False shows the record, None: live when a GPU is visible.
@@ -188,7 +188,8 @@ class Explorer:
             section = self.recorded(sel.problem)
             if section is None:
                 return None
-            shape = spec.sizes[sel.size] if tuple(spec.sizes[sel.size]) in section.shapes else section.primary_shape
+            # the selected size where the record holds it in this dtype (float16 is recorded at the seed size only)
+            shape = spec.sizes[sel.size] if section.select(spec.sizes[sel.size], sel.dtype) else section.primary_shape
             view = section.view(shape, sel.dtype)
             return dataclasses.replace(
                 view, rows=[r for r in view.rows if r.kind == "peer" or r.implementation in sel.variants],
@@ -269,9 +270,12 @@ class Explorer:
             parts.append(f"RECORDED on {section.device} ({section.date}) at {r}x{c}; no GPU here, so "
                          f"the table and plots filter that record.")
             if (r, c) != (rows, cols):
-                parts.append(f"The size {sel.size!r} ({rows}x{cols}) applies to the cost model only.")
+                parts.append(f"The record holds no {sel.dtype} rows at the size {sel.size!r} ({rows}x{cols}), which "
+                             "applies to the cost model only.")
             if not section.rows:
                 parts.append(f"The record holds no {sel.dtype} rows for these variants.")
+        if not sel.variants:
+            parts.append("No rung selected: the peers only.")
         missing = [v for v in sel.variants if getattr(torch, sel.dtype) not in spec.dtypes(v)]
         if missing:
             parts.append(f"No {sel.dtype} kernels in: {', '.join(missing)}.")
@@ -336,9 +340,21 @@ class Explorer:
         record (a live session runs no profiler), each with what it says
         (``evidence.counters_table``); or one line."""
         section = self.recorded(sel.problem)
-        text = ("Nsight Compute counters of the selected rungs, from the record"
-                + (f" ({section.device}, {section.date})" if section is not None else "")
-                + ": how each rung uses the GPU, which the times above only sum up.")
+        if not sel.variants:  # counters_table would say "not recorded yet", which is not why
+            text = "Counters: no rung selected, so no counters to show."
+            return [Html(f"<p>{html.escape(text)}</p>", plain=text)]
+        where = "" if section is None else f" ({section.device}, {section.date}" + (
+            f"; profiled at {'x'.join(map(str, section.ncu.shape))} in float32, whatever size and dtype are selected)"
+            if section.ncu else ")")
+        text = (f"Nsight Compute counters of the selected rungs, from the record{where}: how each rung uses "
+                "the GPU, which the times above only sum up.")
+        grad = [r for r in map(sel.problem.rung, sel.variants) if r.writes_grad_in_forward]
+        if grad:  # else their columns read as kernels of their own: a forward equal to the rung below, an idle backward
+            forwards = " and ".join(dict.fromkeys(f"{r.inference or r.name}'s" for r in grad))
+            text += (f" {' and '.join(r.name for r in grad)} write{'s' if len(grad) == 1 else ''} the gradient in "
+                     f"the forward. Run without a gradient (the forward rows and columns), {forwards} forward kernel "
+                     "runs; the backward column is the kernel that scales that gradient, which does nothing for a "
+                     "gradient of 1 (so there is no backward row: compare forward_backward).")
         items = [Html(f"<p><b>Counters.</b> {html.escape(text)}</p>", plain=text)]
         return items + [evidence.counters_table(section, d, rungs=sel.variants, meanings=True)
                         for d in ("forward", "backward")]
