@@ -719,10 +719,11 @@ def _add_solution_commands(sub) -> None:
     evaluate.add_argument("--html", type=_output_file, help="a folder: also write the table as an HTML page")
     evaluate.add_argument("--size", type=_size, default="seed", help=f"{SIZE_HELP} (default: seed)")
     evaluate.add_argument("--dtype", default="float32", choices=records.DTYPES)
-    evaluate.add_argument("--trials", type=_positive_int, default=5, help="correctness trials on fresh seeded inputs")
-    evaluate.add_argument("--repeats", type=_positive_int, default=20)
+    evaluate.add_argument("--trials", type=_positive_int, default=5,
+                          help="correctness trials on fresh seeded inputs (default 5)")
+    evaluate.add_argument("--repeats", type=_positive_int, default=20, help="timed calls per measurement (default 20)")
     evaluate.add_argument("--timeout", type=_positive_seconds, default=600.0,
-                          help="seconds for the whole child, build included")
+                          help="seconds for the whole child, build included (default 600)")
     evaluate.add_argument("--min-speedup", type=_positive_number, default=None, help="fail as too_slow below this "
                           "speedup over eager (a positive number)")
     evaluate.add_argument("--no-compile", action="store_true", help="skip timing torch.compile")

@@ -356,6 +356,18 @@ def test_sweep_shapes_of_the_same_bytes_stand_side_by_side(make_section):
     assert x[2048, 131072] == pytest.approx(2147.483652 * charts.SIDE_BY_SIDE)
 
 
+def test_sweep_title_names_the_shape_where_two_share_their_bytes(make_section):
+    """Two leaders at 2,147 MB (16384 x 16384 and 2048 x 131072) read as two sizes, not one size twice."""
+    section = sweep_section(make_section)
+    wide = [dataclasses.replace(r, shape=(2048, 131072), median_ms=r.median_ms * (0.9 if r.implementation == "compile"
+                                                                                   else 2))
+            for r in section.rows if tuple(r.shape) == (16384, 16384)]
+    lines = dataclasses.replace(section, rows=section.rows + wide).sweep("float32", "forward")
+    assert charts.leaders_text(lines) == ("compile 16.8 MB, vectorized 268 MB \u2013 2,147 MB (16384\u00d716384), "
+                                          "compile 2,147 MB (2048\u00d7131072)")
+    assert charts.leaders_text(section.sweep("float32", "forward")) == "compile 16.8 MB, vectorized 268\u20132,147 MB"
+
+
 def test_sweep_growth_reads_the_steps_between_sizes_from_the_sweep(make_section):
     text = charts.sweep_growth(sweep_section(make_section), "float32", "forward").data
     assert "- 128\u00d716384 \u2192 2048\u00d716384: bytes \u00d716, time \u00d7" in text

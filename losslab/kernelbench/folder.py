@@ -210,7 +210,8 @@ class FolderReport:
 
     def summary(self) -> str:
         shown = "  ".join(f"fast_{p} = {'-' if v is None else f'{v:.2f}'}" for p, v in self.fast_p().items())
-        return (f"{shown}  ({len(self.graded)} answers; fast_p: the fraction correct and faster than eager "
+        count = f"{len(self.graded)} answer{'s' if len(self.graded) != 1 else ''}"
+        return (f"{shown}  ({count}; fast_p: the fraction correct and faster than eager "
                 "by more than p; '-': not timed or not graded)")
 
     def format(self) -> str:
