@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from losslab.build import CSRC, KERNELS, ROOT
-from losslab.linear_cross_entropy.options import MiB, Options, chunk_rows
+from losslab.linear_cross_entropy.options import ELEMENT_BYTES, MiB, Options, chunk_rows
 from losslab.records.files import RESULTS_DIR, device_slug, write_json
 
 FOLDER = RESULTS_DIR / "vocab_parallel"
@@ -113,9 +113,6 @@ def linear_table(data: dict) -> list[str]:
         lines.append(f"  {h['head']}: losslab {count} chunks of {rows} rows ({logits / MiB:.0f} MiB of logits each); "
                      f"4 chunks: {count_4} of {rows_4} rows ({logits_4 / MiB:.0f} MiB each)")
     return lines
-
-
-ELEMENT_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 
 def chunks_of(head: dict) -> dict[str, tuple[int, int, int]]:

@@ -113,7 +113,6 @@ def roofline_figure(device: str, head: dict | None = None) -> Figure:
     median time) at the intensity without the logits. Without ``head`` the Llama-3-8B head's intensities."""
     r = roofs(device)
     n, h, v = (head["tokens"], head["hidden"], head["vocab"]) if head else (8192, 4096, 128256)
-    passes = EAGER_LOGITS_PASSES
     fused, eager, point = intensity(n, h, v), eager_intensity(n, h, v), ridge(device)
     fig = Figure(figsize=(8, 5.2), layout="constrained")
     ax = fig.add_subplot()
@@ -124,9 +123,10 @@ def roofline_figure(device: str, head: dict | None = None) -> Figure:
     ax.text(point * 1.3, r.tensor_tflops * 1e12 * 1.25, f"BF16 tensor-core roof {r.tensor_tflops:g} TFLOP/s",
             fontsize="small")
     ax.axvline(fused, color="tab:green", ls="--", label=f"no logits in memory: {fused:.0f} FLOP / byte")
-    wide = sum(size == 4 for _, size in passes)
+    wide = sum(size == 4 for _, size in EAGER_LOGITS_PASSES)
     ax.axvline(eager, color="tab:red", ls=":",
-               label=f"eager's {len(passes)} passes over the logits ({wide} in float32): {eager:.0f} FLOP / byte")
+               label=f"eager's {len(EAGER_LOGITS_PASSES)} passes over the logits ({wide} in float32): "
+                     f"{eager:.0f} FLOP / byte")
     if head:
         flops = 6 * n * h * v
         for name, peer in head["peers"].items():

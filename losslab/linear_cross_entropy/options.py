@@ -9,6 +9,7 @@ EXTRA_BYTES = 256 * MiB  # the memory the op may use beside the weight's gradien
 MARGIN_BYTES = 32 * MiB  # of it, kept for the row losses and cuBLAS's workspace
 MIN_CHUNK_BYTES = 64 * MiB  # the chunk's logits never get less, however large the input's gradient
 ROW_MULTIPLE = 64  # chunks of whole 64-row tiles keep cuBLAS's tensor-core tiles full
+ELEMENT_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}  # a record's dtype name -> bytes an element
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from losslab.linear_cross_entropy.options import Options, chunk_rows
+from losslab.linear_cross_entropy.options import ELEMENT_BYTES, Options, chunk_rows
 from losslab.linear_cross_entropy.peers import GIB, LABELS
 from losslab.records.files import RESULTS_DIR, RecordError, device_slug
 
@@ -105,8 +105,8 @@ def error_lines(record: dict) -> list[str]:
 
 
 def element_bytes(head: dict) -> int:
-    """Bytes of one element of the head's dtype (the benchmark's heads are bfloat16 or float32)."""
-    return 4 if head["dtype"] == "float32" else 2
+    """Bytes of one element of the head's dtype."""
+    return ELEMENT_BYTES[head["dtype"]]
 
 
 def chunks(head: dict, rows: int | None = None) -> tuple[int, int]:

@@ -4,6 +4,7 @@ Figures made without pyplot, so a notebook cell shows each exactly once."""
 from __future__ import annotations
 
 import textwrap
+from collections import Counter
 
 import torch
 
@@ -167,7 +168,7 @@ def leaders_text(lines: list[records.SweepLine]) -> str:
     minimum MB; an end whose MB two shapes share (as printed) also names its shape, so that two
     leaders at one byte count (16384 x 16384 and 2048 x 131072) read as the two sizes they are."""
     mb = {tuple(p.shape): _mb(p.min_bytes) for line in lines for p in line.points}
-    shared = {text for text in mb.values() if list(mb.values()).count(text) > 1}
+    shared = {text for text, count in Counter(mb.values()).items() if count > 1}
 
     def end(shape: tuple[int, int]) -> str:
         return f"{mb[shape]} MB ({shape[0]}\u00d7{shape[1]})" if mb[shape] in shared else f"{mb[shape]} MB"
